@@ -1,0 +1,26 @@
+# Build: docker build -t kairos .    Run: docker compose up (see docker-compose.yml)
+
+FROM rust:1.95-bookworm AS builder
+WORKDIR /src
+# Everything the build embeds: sqlx::migrate! reads ./migrations and include_str! reads
+# openapi.yaml at compile time.
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+COPY migrations ./migrations
+COPY openapi.yaml ./
+COPY config ./config
+RUN cargo build --release --locked --bin kairos
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
+RUN useradd --system --no-create-home --shell /usr/sbin/nologin kairos
+COPY --from=builder /src/target/release/kairos /usr/local/bin/kairos
+COPY config/kairos.toml /etc/kairos/kairos.toml
+ENV KAIROS_CONFIG=/etc/kairos/kairos.toml \
+    KAIROS_LISTEN=0.0.0.0:8080
+USER kairos
+EXPOSE 8080
+ENTRYPOINT ["kairos"]
+CMD ["serve"]

@@ -1,0 +1,211 @@
+//! Wiring: builds the pool, applies migrations, starts the HTTP server and the background loops
+//! under one supervisor, and stops them in order (stop triggering, let in-flight requests finish,
+//! exit). The only module that knows every other one.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::http::{self, AppState};
+use crate::services::Heartbeats;
+use crate::services::trigger_loop::{TriggerLoop, TriggerLoopConfig};
+use crate::store;
+
+/// What to run in one process.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub node_id: String,
+    pub max_body_bytes: usize,
+    /// `None` runs the API only (tests that drive loops by hand).
+    pub trigger: Option<TriggerLoopConfig>,
+    pub shutdown_grace: Duration,
+}
+
+impl Options {
+    pub fn from_config(cfg: &Config) -> Self {
+        Self {
+            node_id: cfg.node_id.clone(),
+            max_body_bytes: cfg.max_body_bytes,
+            trigger: Some(TriggerLoopConfig {
+                node_id: cfg.node_id.clone(),
+                batch_size: cfg.trigger_batch_size,
+                max_sleep: Duration::from_millis(cfg.trigger_max_sleep_ms),
+            }),
+            shutdown_grace: Duration::from_secs(cfg.shutdown_grace_seconds),
+        }
+    }
+}
+
+/// A started kairos: its address and the handles to stop it.
+pub struct Running {
+    pub addr: SocketAddr,
+    loops: CancellationToken,
+    http: CancellationToken,
+    loop_tasks: JoinSet<()>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    shutdown_grace: Duration,
+}
+
+/// Start the API on `listener` and the loops `opts` asks for, on an already migrated pool.
+pub fn start(pool: PgPool, listener: TcpListener, opts: Options) -> anyhow::Result<Running> {
+    let addr = listener
+        .local_addr()
+        .context("reading the listen address")?;
+    let heartbeats = Heartbeats::default();
+    let loops = CancellationToken::new();
+    let http_stop = CancellationToken::new();
+    let mut loop_tasks = JoinSet::new();
+
+    if let Some(cfg) = opts.trigger.clone() {
+        let trigger = TriggerLoop::new(pool.clone(), cfg, heartbeats.clone());
+        loop_tasks.spawn(trigger.run(loops.child_token()));
+    }
+
+    let state = AppState {
+        pool,
+        heartbeats,
+        node_id: opts.node_id.clone(),
+    };
+    let app = http::router(state, opts.max_body_bytes);
+    let stop = http_stop.clone();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+    });
+    Ok(Running {
+        addr,
+        loops,
+        http: http_stop,
+        loop_tasks,
+        server,
+        shutdown_grace: opts.shutdown_grace,
+    })
+}
+
+impl Running {
+    /// Stop in order: loops first (no new windows or claims), then the HTTP server, which lets
+    /// in-flight requests finish for up to the grace period.
+    pub async fn shutdown(mut self) {
+        self.loops.cancel();
+        while self.loop_tasks.join_next().await.is_some() {}
+        self.http.cancel();
+        match tokio::time::timeout(self.shutdown_grace, &mut self.server).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::error!(error = %e, "HTTP server failed"),
+            Ok(Err(e)) => tracing::error!(error = %e, "HTTP server task failed"),
+            Err(_) => {
+                tracing::warn!(
+                    grace_s = self.shutdown_grace.as_secs(),
+                    "in-flight requests did not finish within the grace period; closing"
+                );
+                self.server.abort();
+            }
+        }
+    }
+
+    /// Abort everything at once, as a crash would (tests).
+    pub fn abort(mut self) {
+        self.loop_tasks.abort_all();
+        self.server.abort();
+    }
+}
+
+/// `kairos serve`: connect, migrate, listen, run until SIGTERM/SIGINT, stop in order.
+pub async fn serve(cfg: Config) -> anyhow::Result<()> {
+    let pool = store::connect(&cfg.database_url, cfg.database_max_connections)
+        .await
+        .with_context(|| {
+            format!(
+                "connecting to the database (database_url of {})",
+                redact(&cfg.database_url)
+            )
+        })?;
+    store::migrate(&pool).await.context("applying migrations")?;
+    let _ = crate::telemetry::metrics_handle();
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("binding {}", cfg.listen))?;
+    let running = start(pool.clone(), listener, Options::from_config(&cfg))?;
+    tracing::info!(listen = %running.addr, node_id = %cfg.node_id, "kairos serving");
+    shutdown_signal().await;
+    tracing::info!("shutdown signal received; stopping loops, then the API");
+    running.shutdown().await;
+    pool.close().await;
+    tracing::info!("kairos stopped");
+    Ok(())
+}
+
+/// `kairos migrate`.
+pub async fn migrate(cfg: Config) -> anyhow::Result<()> {
+    let pool = store::connect(&cfg.database_url, 2)
+        .await
+        .with_context(|| {
+            format!(
+                "connecting to the database (database_url of {})",
+                redact(&cfg.database_url)
+            )
+        })?;
+    store::migrate(&pool).await.context("applying migrations")?;
+    tracing::info!("migrations applied");
+    Ok(())
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            let user = creds.split(':').next().unwrap_or("");
+            format!("{}{}:***{}", &url[..s + 3], user, &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_are_redacted_from_database_urls() {
+        assert_eq!(
+            redact("postgres://kairos:s3cret@db:5432/kairos"),
+            "postgres://kairos:***@db:5432/kairos"
+        );
+        assert_eq!(redact("postgres://db/kairos"), "postgres://db/kairos");
+    }
+}

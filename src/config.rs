@@ -1,0 +1,279 @@
+//! Typed settings. Sources, later ones winning: built-in defaults, the TOML file
+//! (`KAIROS_CONFIG`, else `config/kairos.toml` when it exists), then one `KAIROS_<KEY>` variable
+//! per key, and `DATABASE_URL`. Every key carries its unit in its name. `Config::load` validates
+//! everything and says exactly which key is wrong.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl FromStr for LogFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            _ => Err("must be text or json".to_owned()),
+        }
+    }
+}
+
+/// Every setting; see `config/kairos.toml` for the documented defaults.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub database_url: String,
+    pub database_max_connections: u32,
+    pub listen: SocketAddr,
+    pub node_id: String,
+    pub log_format: LogFormat,
+    pub log_level: String,
+    pub max_body_bytes: usize,
+    pub trigger_batch_size: i64,
+    pub trigger_max_sleep_ms: u64,
+    pub shutdown_grace_seconds: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            database_url: "postgres://kairos:kairos@127.0.0.1:5432/kairos".to_owned(),
+            database_max_connections: 10,
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            node_id: default_node_id(),
+            log_format: LogFormat::Text,
+            log_level: "info".to_owned(),
+            max_body_bytes: 256 * 1024,
+            trigger_batch_size: 500,
+            trigger_max_sleep_ms: 10_000,
+            shutdown_grace_seconds: 10,
+        }
+    }
+}
+
+/// `hostname-pid`: distinct for every process, readable in logs and event actors.
+pub fn default_node_id() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "kairos".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{key}: {message}")]
+    Invalid { key: String, message: String },
+}
+
+fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_owned(),
+        message: message.into(),
+    }
+}
+
+impl Config {
+    /// Load from the process environment.
+    pub fn load() -> Result<Config, ConfigError> {
+        Self::load_from(|k| std::env::var(k).ok())
+    }
+
+    /// Load with an explicit environment (tests).
+    pub fn load_from(env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let path = match env("KAIROS_CONFIG") {
+            Some(p) => Some(PathBuf::from(p)),
+            None => {
+                let default = Path::new("config/kairos.toml");
+                default.exists().then(|| default.to_path_buf())
+            }
+        };
+        let mut cfg = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                toml::from_str::<Config>(&text).map_err(|e| ConfigError::Parse {
+                    path,
+                    message: e.to_string(),
+                })?
+            }
+            None => Config::default(),
+        };
+        cfg.apply_env(&env)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn apply_env(&mut self, env: &impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        fn set<T: FromStr>(
+            env: &impl Fn(&str) -> Option<String>,
+            var: &str,
+            slot: &mut T,
+        ) -> Result<(), ConfigError>
+        where
+            T::Err: std::fmt::Display,
+        {
+            if let Some(raw) = env(var) {
+                *slot = raw
+                    .trim()
+                    .parse()
+                    .map_err(|e: T::Err| invalid(var, format!("cannot parse {raw:?}: {e}")))?;
+            }
+            Ok(())
+        }
+        set(env, "KAIROS_DATABASE_URL", &mut self.database_url)?;
+        set(env, "DATABASE_URL", &mut self.database_url)?;
+        set(
+            env,
+            "KAIROS_DATABASE_MAX_CONNECTIONS",
+            &mut self.database_max_connections,
+        )?;
+        set(env, "KAIROS_LISTEN", &mut self.listen)?;
+        set(env, "KAIROS_NODE_ID", &mut self.node_id)?;
+        set(env, "KAIROS_LOG_FORMAT", &mut self.log_format)?;
+        set(env, "KAIROS_LOG_LEVEL", &mut self.log_level)?;
+        set(env, "KAIROS_MAX_BODY_BYTES", &mut self.max_body_bytes)?;
+        set(
+            env,
+            "KAIROS_TRIGGER_BATCH_SIZE",
+            &mut self.trigger_batch_size,
+        )?;
+        set(
+            env,
+            "KAIROS_TRIGGER_MAX_SLEEP_MS",
+            &mut self.trigger_max_sleep_ms,
+        )?;
+        set(
+            env,
+            "KAIROS_SHUTDOWN_GRACE_SECONDS",
+            &mut self.shutdown_grace_seconds,
+        )?;
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.database_url.starts_with("postgres://")
+            || self.database_url.starts_with("postgresql://"))
+        {
+            return Err(invalid(
+                "database_url",
+                "must be a postgres:// or postgresql:// URL",
+            ));
+        }
+        if !(1..=1000).contains(&self.database_max_connections) {
+            return Err(invalid(
+                "database_max_connections",
+                "must be from 1 to 1000",
+            ));
+        }
+        if !crate::domain::task::valid_name(&self.node_id) {
+            return Err(invalid(
+                "node_id",
+                "must be 1-128 characters of letters, digits, '_', '.', '-', ':'",
+            ));
+        }
+        if !(1024..=16 * 1024 * 1024).contains(&self.max_body_bytes) {
+            return Err(invalid("max_body_bytes", "must be from 1024 to 16777216"));
+        }
+        if !(1..=10_000).contains(&self.trigger_batch_size) {
+            return Err(invalid("trigger_batch_size", "must be from 1 to 10000"));
+        }
+        if !(10..=600_000).contains(&self.trigger_max_sleep_ms) {
+            return Err(invalid("trigger_max_sleep_ms", "must be from 10 to 600000"));
+        }
+        if !(1..=3600).contains(&self.shutdown_grace_seconds) {
+            return Err(invalid("shutdown_grace_seconds", "must be from 1 to 3600"));
+        }
+        if tracing_subscriber::EnvFilter::try_new(&self.log_level).is_err() {
+            return Err(invalid(
+                "log_level",
+                "must be a tracing filter such as info or kairos=debug,sqlx=warn",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn load(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Config::load_from(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn environment_overrides_the_defaults() {
+        let cfg = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            ("KAIROS_LISTEN", "127.0.0.1:9999"),
+            ("DATABASE_URL", "postgres://u@h/db"),
+            ("KAIROS_TRIGGER_BATCH_SIZE", "7"),
+        ])
+        .expect("valid");
+        assert_eq!(cfg.listen.port(), 9999);
+        assert_eq!(cfg.database_url, "postgres://u@h/db");
+        assert_eq!(cfg.trigger_batch_size, 7);
+    }
+
+    #[test]
+    fn the_shipped_file_matches_the_defaults() {
+        let cfg = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            ("KAIROS_NODE_ID", "n1"),
+        ])
+        .expect("valid");
+        let d = Config::default();
+        assert_eq!(cfg.listen, d.listen);
+        assert_eq!(cfg.trigger_batch_size, d.trigger_batch_size);
+        assert_eq!(cfg.trigger_max_sleep_ms, d.trigger_max_sleep_ms);
+        assert_eq!(cfg.max_body_bytes, d.max_body_bytes);
+        assert_eq!(cfg.database_max_connections, d.database_max_connections);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let err = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            ("KAIROS_LISTEN", "nowhere"),
+        ])
+        .expect_err("invalid");
+        assert!(err.to_string().contains("KAIROS_LISTEN"), "{err}");
+        let err = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            ("KAIROS_TRIGGER_BATCH_SIZE", "0"),
+        ])
+        .expect_err("invalid");
+        assert!(err.to_string().contains("trigger_batch_size"), "{err}");
+        let err = load(&[("KAIROS_CONFIG", "/nonexistent/kairos.toml")]).expect_err("missing");
+        assert!(
+            err.to_string().contains("/nonexistent/kairos.toml"),
+            "{err}"
+        );
+    }
+}

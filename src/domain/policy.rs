@@ -1,0 +1,393 @@
+//! Scheduling decisions, pure: which due windows run, which are recorded as skipped and why
+//! (catch-up and overlap, CONTRACT §4). The trigger loop feeds in the task, the database clock and
+//! the task's unfinished instances, and writes out exactly what the [`Plan`] says.
+
+use std::collections::VecDeque;
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::instance::Source;
+use super::schedule::{Schedule, window_key};
+use super::task::{Catchup, Execution, Overlap};
+
+/// At most this many rows are written for one catch-up (CONTRACT §4); the rest are counted.
+pub const MAX_CATCHUP_ROWS: usize = 1000;
+/// At most this many due windows are enumerated in one pass for one task. Past it the schedule
+/// jumps to the present and the remainder is reported as "at least" that many.
+pub const MAX_ENUMERATED_WINDOWS: usize = 100_000;
+
+/// Why a window was recorded without running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SkipReason {
+    /// Missed by more than `misfire_grace_seconds` (daemon down or far behind).
+    Missed,
+    /// `concurrency_limit` unfinished instances already exist; names the oldest blocking window.
+    Overlap { blocking_window: String },
+}
+
+impl SkipReason {
+    /// The `skip_reason` column: `missed`, or `overlap: window <key> still unfinished`.
+    pub fn as_text(&self) -> String {
+        match self {
+            SkipReason::Missed => "missed".to_owned(),
+            SkipReason::Overlap { blocking_window } => {
+                format!("overlap: window {blocking_window} still unfinished")
+            }
+        }
+    }
+
+    /// The label of `kairos_skipped_total{reason}`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            SkipReason::Missed => "missed",
+            SkipReason::Overlap { .. } => "overlap",
+        }
+    }
+}
+
+/// One window to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedWindow {
+    pub scheduled_at: DateTime<Utc>,
+    pub source: Source,
+    /// `None`: insert PENDING. `Some`: insert SKIPPED with this reason.
+    pub skip: Option<SkipReason>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    pub windows: Vec<PlannedWindow>,
+    /// Window keys of unfinished instances the `replace` policy cancels, oldest first.
+    pub cancel: Vec<String>,
+    /// The next window after everything planned here; `None` when the schedule has ended.
+    pub next_fire_at: Option<DateTime<Utc>>,
+    /// Missed windows neither run nor recorded (beyond [`MAX_CATCHUP_ROWS`]).
+    pub not_recorded: u64,
+    /// True when enumeration stopped at [`MAX_ENUMERATED_WINDOWS`]; `not_recorded` is then a
+    /// lower bound.
+    pub truncated: bool,
+}
+
+/// Decide what to write for a task whose next window `next_fire_at` is due at `now`.
+///
+/// `unfinished` holds the window keys of the task's PENDING/RUNNING/FAILED instances, oldest
+/// first. Windows later than `now` are left for a later pass.
+pub fn plan_due_windows(
+    schedule: &Schedule,
+    exec: &Execution,
+    next_fire_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    unfinished: &[String],
+) -> Plan {
+    let grace_floor = now - Duration::seconds(exec.misfire_grace_seconds);
+    let catchup_floor = now - Duration::seconds(exec.catchup_window_seconds);
+
+    // 1. Enumerate due windows, split into missed (older than the grace) and on time. Missed
+    //    windows are kept in a bounded ring: only the newest MAX_CATCHUP_ROWS are ever written.
+    let mut missed: VecDeque<DateTime<Utc>> = VecDeque::new();
+    let mut on_time: Vec<DateTime<Utc>> = Vec::new();
+    let mut plan = Plan::default();
+    let mut cursor = Some(next_fire_at);
+    let mut last_due = None;
+    let mut enumerated = 0usize;
+    while let Some(w) = cursor {
+        if w > now {
+            break;
+        }
+        if enumerated >= MAX_ENUMERATED_WINDOWS {
+            // Jump: count nothing more, resume from the first window within the grace.
+            plan.truncated = true;
+            cursor = match last_due {
+                Some(l) if l >= grace_floor => schedule.next_after(l),
+                _ => schedule.next_at_or_after(grace_floor),
+            };
+            while let Some(w) = cursor {
+                if w > now {
+                    break;
+                }
+                on_time.push(w);
+                cursor = schedule.next_after(w);
+            }
+            break;
+        }
+        enumerated += 1;
+        last_due = Some(w);
+        if w < grace_floor {
+            missed.push_back(w);
+            if missed.len() > MAX_CATCHUP_ROWS {
+                missed.pop_front();
+                plan.not_recorded += 1;
+            }
+        } else {
+            on_time.push(w);
+        }
+        cursor = schedule.next_after(w);
+    }
+    // The loop stops at the first window after `now`, or when the schedule has ended.
+    plan.next_fire_at = cursor;
+
+    // 2. Catch-up policy decides which missed windows run.
+    let newest_missed = missed.back().copied();
+    let mut candidates: Vec<(DateTime<Utc>, Source, bool)> = Vec::new();
+    for w in missed {
+        let runs = match exec.catchup {
+            Catchup::Skip => false,
+            Catchup::Latest => Some(w) == newest_missed,
+            Catchup::All => w >= catchup_floor,
+        };
+        candidates.push((w, Source::Catchup, runs));
+    }
+    candidates.extend(on_time.into_iter().map(|w| (w, Source::Schedule, true)));
+
+    // 3. Overlap policy decides whether each running window may start next to the unfinished ones.
+    let mut live: VecDeque<String> = unfinished.iter().cloned().collect();
+    let limit = usize::try_from(exec.concurrency_limit.max(1)).unwrap_or(1);
+    for (w, source, runs) in candidates {
+        if !runs {
+            plan.windows.push(PlannedWindow {
+                scheduled_at: w,
+                source,
+                skip: Some(SkipReason::Missed),
+            });
+            continue;
+        }
+        let key = window_key(w);
+        let skip = match exec.overlap {
+            Overlap::Skip if live.len() >= limit => {
+                live.front().map(|blocking| SkipReason::Overlap {
+                    blocking_window: blocking.clone(),
+                })
+            }
+            Overlap::Replace => {
+                while live.len() >= limit {
+                    if let Some(oldest) = live.pop_front() {
+                        plan.cancel.push(oldest);
+                    }
+                }
+                None
+            }
+            _ => None,
+        };
+        if skip.is_none() {
+            live.push_back(key);
+        }
+        plan.windows.push(PlannedWindow {
+            scheduled_at: w,
+            source,
+            skip,
+        });
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s)
+            .expect("test timestamp")
+            .with_timezone(&Utc)
+    }
+
+    fn every_second() -> Schedule {
+        Schedule::Interval {
+            every_seconds: 1,
+            start_at: DateTime::<Utc>::UNIX_EPOCH,
+        }
+    }
+
+    fn exec(overlap: Overlap, catchup: Catchup, limit: i32, grace: i64) -> Execution {
+        Execution {
+            overlap,
+            catchup,
+            concurrency_limit: limit,
+            misfire_grace_seconds: grace,
+            ..Execution::default()
+        }
+    }
+
+    fn summary(plan: &Plan) -> Vec<(String, &'static str, Option<String>)> {
+        plan.windows
+            .iter()
+            .map(|w| {
+                (
+                    window_key(w.scheduled_at)[11..19].to_owned(),
+                    w.source.as_str(),
+                    w.skip.as_ref().map(SkipReason::as_text),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_due_window_runs_and_the_next_is_scheduled() {
+        let now = t("2026-11-29T08:30:00.400Z");
+        let plan = plan_due_windows(
+            &every_second(),
+            &exec(Overlap::Queue, Catchup::Skip, 1, 60),
+            t("2026-11-29T08:30:00Z"),
+            now,
+            &[],
+        );
+        assert_eq!(
+            summary(&plan),
+            vec![("08:30:00".to_owned(), "schedule", None)]
+        );
+        assert_eq!(plan.next_fire_at, Some(t("2026-11-29T08:30:01Z")));
+    }
+
+    #[test]
+    fn catchup_skip_records_missed_windows_and_runs_none_of_them() {
+        let plan = plan_due_windows(
+            &every_second(),
+            &exec(Overlap::Queue, Catchup::Skip, 1, 0),
+            t("2026-11-29T08:30:00Z"),
+            t("2026-11-29T08:30:03.500Z"),
+            &[],
+        );
+        let s = summary(&plan);
+        assert_eq!(s.len(), 4);
+        assert!(
+            s.iter()
+                .all(|(_, src, skip)| *src == "catchup" && skip.as_deref() == Some("missed"))
+        );
+        assert_eq!(plan.next_fire_at, Some(t("2026-11-29T08:30:04Z")));
+    }
+
+    #[test]
+    fn catchup_latest_runs_only_the_newest_missed_window() {
+        let plan = plan_due_windows(
+            &every_second(),
+            &exec(Overlap::Queue, Catchup::Latest, 1, 0),
+            t("2026-11-29T08:30:00Z"),
+            t("2026-11-29T08:30:03.500Z"),
+            &[],
+        );
+        let running: Vec<_> = plan.windows.iter().filter(|w| w.skip.is_none()).collect();
+        assert_eq!(running.len(), 1);
+        assert_eq!(running[0].scheduled_at, t("2026-11-29T08:30:03Z"));
+        assert_eq!(running[0].source, Source::Catchup);
+    }
+
+    #[test]
+    fn catchup_all_runs_missed_windows_inside_the_catchup_window_only() {
+        let mut e = exec(Overlap::Queue, Catchup::All, 1, 0);
+        e.catchup_window_seconds = 2;
+        let plan = plan_due_windows(
+            &every_second(),
+            &e,
+            t("2026-11-29T08:30:00Z"),
+            t("2026-11-29T08:30:03.500Z"),
+            &[],
+        );
+        assert_eq!(
+            summary(&plan),
+            vec![
+                ("08:30:00".to_owned(), "catchup", Some("missed".to_owned())),
+                ("08:30:01".to_owned(), "catchup", Some("missed".to_owned())),
+                ("08:30:02".to_owned(), "catchup", None),
+                ("08:30:03".to_owned(), "catchup", None),
+            ]
+        );
+    }
+
+    #[test]
+    fn overlap_skip_names_the_blocking_window() {
+        let plan = plan_due_windows(
+            &every_second(),
+            &exec(Overlap::Skip, Catchup::Skip, 1, 60),
+            t("2026-11-29T08:30:00Z"),
+            t("2026-11-29T08:30:01Z"),
+            &["2026-11-29T08:29:59Z".to_owned()],
+        );
+        assert_eq!(
+            summary(&plan),
+            vec![
+                (
+                    "08:30:00".to_owned(),
+                    "schedule",
+                    Some("overlap: window 2026-11-29T08:29:59Z still unfinished".to_owned())
+                ),
+                (
+                    "08:30:01".to_owned(),
+                    "schedule",
+                    Some("overlap: window 2026-11-29T08:29:59Z still unfinished".to_owned())
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn overlap_skip_counts_windows_planned_in_the_same_pass() {
+        let plan = plan_due_windows(
+            &every_second(),
+            &exec(Overlap::Skip, Catchup::Skip, 2, 60),
+            t("2026-11-29T08:30:00Z"),
+            t("2026-11-29T08:30:02Z"),
+            &[],
+        );
+        let skipped: Vec<_> = plan.windows.iter().map(|w| w.skip.is_some()).collect();
+        assert_eq!(skipped, vec![false, false, true]);
+    }
+
+    #[test]
+    fn overlap_replace_cancels_the_oldest_unfinished_window() {
+        let plan = plan_due_windows(
+            &every_second(),
+            &exec(Overlap::Replace, Catchup::Skip, 1, 60),
+            t("2026-11-29T08:30:00Z"),
+            t("2026-11-29T08:30:00Z"),
+            &["2026-11-29T08:29:59Z".to_owned()],
+        );
+        assert_eq!(plan.cancel, vec!["2026-11-29T08:29:59Z".to_owned()]);
+        assert!(plan.windows[0].skip.is_none());
+    }
+
+    #[test]
+    fn catchup_recording_is_bounded_and_the_rest_counted() {
+        let plan = plan_due_windows(
+            &every_second(),
+            &exec(Overlap::Queue, Catchup::Skip, 1, 0),
+            t("2026-11-29T08:00:00Z"),
+            t("2026-11-29T09:00:00.500Z"),
+            &[],
+        );
+        assert_eq!(plan.windows.len(), MAX_CATCHUP_ROWS);
+        assert_eq!(plan.not_recorded, 3601 - MAX_CATCHUP_ROWS as u64);
+        // The newest windows are the ones kept.
+        assert_eq!(
+            plan.windows.last().map(|w| w.scheduled_at),
+            Some(t("2026-11-29T09:00:00Z"))
+        );
+        assert!(!plan.truncated);
+    }
+
+    #[test]
+    fn enumeration_is_bounded_after_a_very_long_outage() {
+        let plan = plan_due_windows(
+            &every_second(),
+            &exec(Overlap::Queue, Catchup::Skip, 1, 0),
+            t("2026-01-01T00:00:00Z"),
+            t("2026-11-29T09:00:00.500Z"),
+            &[],
+        );
+        assert!(plan.truncated);
+        assert_eq!(plan.next_fire_at, Some(t("2026-11-29T09:00:01Z")));
+        assert!(plan.windows.len() <= MAX_CATCHUP_ROWS + 1);
+    }
+
+    #[test]
+    fn a_once_schedule_ends_after_its_window() {
+        let at = t("2026-11-29T08:30:00Z");
+        let plan = plan_due_windows(
+            &Schedule::Once { at },
+            &Execution::default(),
+            at,
+            t("2026-11-29T08:30:00.200Z"),
+            &[],
+        );
+        assert_eq!(plan.windows.len(), 1);
+        assert_eq!(plan.next_fire_at, None);
+    }
+}

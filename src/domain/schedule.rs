@@ -1,0 +1,149 @@
+//! When windows occur: the schedule of a trigger, its next fire times and the window key of each.
+//!
+//! The cron engine lives in the private `cron` submodule; nothing outside this module sees the
+//! cron crate. All instants are UTC with whole-second resolution; a time zone matters only while
+//! a cron expression is evaluated (CONTRACT §1).
+
+mod cron;
+
+use chrono::{DateTime, Utc};
+
+pub use cron::{CronSchedule, ScheduleError};
+
+/// A trigger reduced to what the trigger loop needs: a sequence of window instants.
+#[derive(Debug, Clone)]
+pub enum Schedule {
+    /// Boxed: the parsed expression is large beside the other variants.
+    Cron(Box<CronSchedule>),
+    /// Windows at `start_at + k·every_seconds` for k ≥ 0.
+    Interval {
+        every_seconds: i64,
+        start_at: DateTime<Utc>,
+    },
+    /// One window at `at`.
+    Once { at: DateTime<Utc> },
+    /// No windows of its own (`manual` and `after` tasks are instantiated by other paths).
+    None,
+}
+
+impl Schedule {
+    /// The first window strictly after `after`, or `None` when there is none.
+    pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        match self {
+            Schedule::Cron(c) => c.next_after(after),
+            Schedule::Interval {
+                every_seconds,
+                start_at,
+            } => {
+                if after < *start_at {
+                    return Some(*start_at);
+                }
+                let elapsed = (after - *start_at).num_seconds();
+                let k = elapsed / every_seconds + 1;
+                start_at
+                    .checked_add_signed(chrono::Duration::seconds(k.checked_mul(*every_seconds)?))
+            }
+            Schedule::Once { at } => (*at > after).then_some(*at),
+            Schedule::None => None,
+        }
+    }
+
+    /// The first window at or after `from`.
+    pub fn next_at_or_after(&self, from: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.next_after(from - chrono::Duration::seconds(1))
+    }
+
+    /// Up to `count` windows strictly after `after`.
+    pub fn upcoming(&self, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
+        let mut out = Vec::with_capacity(count.min(1024));
+        let mut cursor = after;
+        while out.len() < count {
+            match self.next_after(cursor) {
+                Some(t) => {
+                    out.push(t);
+                    cursor = t;
+                }
+                None => break,
+            }
+        }
+        out
+    }
+}
+
+/// The window key of a scheduled instant: RFC 3339 UTC with seconds, e.g. `2026-11-29T00:30:00Z`.
+pub fn window_key(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// An API timestamp: RFC 3339 UTC with a `Z` suffix, sub-second digits only when present.
+pub fn format_instant(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s)
+            .expect("test timestamp")
+            .with_timezone(&Utc)
+    }
+
+    #[test]
+    fn interval_windows_sit_on_a_grid_from_start_at() {
+        let s = Schedule::Interval {
+            every_seconds: 90,
+            start_at: t("2026-01-01T00:00:00Z"),
+        };
+        assert_eq!(
+            s.next_after(t("2025-12-31T00:00:00Z")),
+            Some(t("2026-01-01T00:00:00Z"))
+        );
+        assert_eq!(
+            s.next_after(t("2026-01-01T00:00:00Z")),
+            Some(t("2026-01-01T00:01:30Z"))
+        );
+        assert_eq!(
+            s.next_after(t("2026-01-01T00:01:29Z")),
+            Some(t("2026-01-01T00:01:30Z"))
+        );
+        assert_eq!(
+            s.next_at_or_after(t("2026-01-01T00:01:30Z")),
+            Some(t("2026-01-01T00:01:30Z"))
+        );
+    }
+
+    #[test]
+    fn interval_without_start_is_aligned_to_the_epoch() {
+        let s = Schedule::Interval {
+            every_seconds: 60,
+            start_at: DateTime::<Utc>::UNIX_EPOCH,
+        };
+        assert_eq!(
+            s.next_after(t("2026-11-29T08:30:12Z")),
+            Some(t("2026-11-29T08:31:00Z"))
+        );
+    }
+
+    #[test]
+    fn once_fires_only_while_in_the_future() {
+        let s = Schedule::Once {
+            at: t("2026-11-29T08:30:00Z"),
+        };
+        assert_eq!(
+            s.next_after(t("2026-11-29T08:00:00Z")),
+            Some(t("2026-11-29T08:30:00Z"))
+        );
+        assert_eq!(s.next_after(t("2026-11-29T08:30:00Z")), None);
+        assert_eq!(s.upcoming(t("2026-01-01T00:00:00Z"), 5).len(), 1);
+    }
+
+    #[test]
+    fn window_keys_are_utc_with_seconds() {
+        assert_eq!(
+            window_key(t("2026-11-29T08:30:00+08:00")),
+            "2026-11-29T00:30:00Z"
+        );
+    }
+}

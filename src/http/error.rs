@@ -1,0 +1,153 @@
+//! `ApiError`: every failure the API reports, rendered once as `application/problem+json`
+//! (`type, title, status, detail`, plus `errors: [{field, message}]` for validation). Server
+//! errors are opaque to the client and logged in full.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::domain::task::FieldError;
+use crate::store;
+
+#[derive(Debug)]
+pub enum ApiError {
+    /// 400: the body is not JSON, or not the JSON shape at all.
+    Malformed(String),
+    /// 404.
+    NotFound(String),
+    /// 405.
+    MethodNotAllowed(String),
+    /// 409: a conflict, a stale fence or an illegal transition.
+    Conflict(String),
+    /// 412: `If-Match` named another version.
+    PreconditionFailed(String),
+    /// 413.
+    TooLarge(String),
+    /// 415.
+    UnsupportedMediaType(String),
+    /// 422: values that parse but are not allowed.
+    Invalid(Vec<FieldError>),
+    /// 503: the database is unavailable.
+    Unavailable(String),
+    /// 500: logged, never detailed to the client.
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::Invalid(vec![FieldError::new(field, message)])
+    }
+
+    fn parts(&self) -> (StatusCode, &'static str, &'static str) {
+        match self {
+            ApiError::Malformed(_) => (
+                StatusCode::BAD_REQUEST,
+                "malformed-request",
+                "Malformed request",
+            ),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
+            ApiError::MethodNotAllowed(_) => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+                "Method not allowed",
+            ),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
+            ApiError::PreconditionFailed(_) => (
+                StatusCode::PRECONDITION_FAILED,
+                "version-mismatch",
+                "Version mismatch",
+            ),
+            ApiError::TooLarge(_) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too-large",
+                "Payload too large",
+            ),
+            ApiError::UnsupportedMediaType(_) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "Unsupported media type",
+            ),
+            ApiError::Invalid(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "validation-failed",
+                "Invalid request values",
+            ),
+            ApiError::Unavailable(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "Service unavailable",
+            ),
+            ApiError::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal server error",
+            ),
+        }
+    }
+}
+
+impl From<store::Error> for ApiError {
+    fn from(e: store::Error) -> Self {
+        match e {
+            store::Error::NotFound => ApiError::NotFound("no such resource".to_owned()),
+            store::Error::Conflict(m) | store::Error::Stale(m) => ApiError::Conflict(m),
+            store::Error::VersionMismatch { current } => ApiError::PreconditionFailed(format!(
+                "If-Match does not match the current version {current}"
+            )),
+            store::Error::Invalid(fe) => ApiError::Invalid(vec![fe]),
+            store::Error::Db(
+                ref db @ (sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed),
+            ) => ApiError::Unavailable(db.to_string()),
+            other => ApiError::Internal(crate::services::error_chain(&other)),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, slug, title) = self.parts();
+        let mut body = json!({
+            "type": format!("https://kairos.dev/problems/{slug}"),
+            "title": title,
+            "status": status.as_u16(),
+        });
+        match &self {
+            ApiError::Invalid(errors) => {
+                let detail = errors
+                    .iter()
+                    .map(|e| {
+                        if e.field.is_empty() {
+                            e.message.clone()
+                        } else {
+                            format!("{}: {}", e.field, e.message)
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                body["detail"] = json!(detail);
+                body["errors"] = json!(errors);
+            }
+            ApiError::Internal(m) => {
+                tracing::error!(error = %m, "internal error");
+                body["detail"] = json!("the server failed; the error was logged");
+            }
+            ApiError::Unavailable(m) => {
+                tracing::warn!(error = %m, "database unavailable");
+                body["detail"] = json!("the database is unavailable; retry later");
+            }
+            ApiError::Malformed(m)
+            | ApiError::NotFound(m)
+            | ApiError::MethodNotAllowed(m)
+            | ApiError::Conflict(m)
+            | ApiError::PreconditionFailed(m)
+            | ApiError::TooLarge(m)
+            | ApiError::UnsupportedMediaType(m) => body["detail"] = json!(m),
+        }
+        let mut resp = (status, axum::Json(body)).into_response();
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        resp
+    }
+}

@@ -1,0 +1,142 @@
+//! Request extractors that fail as problem+json: malformed JSON is 400, a body over the limit
+//! 413, a non-JSON content type 415; query parameters are parsed by name so a bad one is a 422
+//! naming it.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::http::header;
+use axum::http::request::Parts;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::error::ApiError;
+use crate::domain::task::{FieldError, parse_timestamp};
+
+/// A JSON body. An empty body is `Value::Null` (handlers decide whether that is allowed).
+pub struct JsonBody(pub Value);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
+            let ct = ct.to_str().unwrap_or("").to_ascii_lowercase();
+            let mime = ct.split(';').next().unwrap_or("").trim();
+            if !(mime == "application/json" || mime.ends_with("+json")) {
+                return Err(ApiError::UnsupportedMediaType(format!(
+                    "content-type must be application/json, not {mime:?}"
+                )));
+            }
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|rej| {
+            if rej.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::TooLarge("the request body is larger than the server accepts".to_owned())
+            } else {
+                ApiError::Malformed(format!("cannot read the request body: {rej}"))
+            }
+        })?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(JsonBody(Value::Null));
+        }
+        serde_json::from_slice(&bytes)
+            .map(JsonBody)
+            .map_err(|e| ApiError::Malformed(format!("the body is not valid JSON: {e}")))
+    }
+}
+
+/// Query parameters by name, with typed getters that report the parameter by name.
+pub struct QueryParams(Vec<(String, String)>);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Query(pairs) = Query::<Vec<(String, String)>>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::Malformed(format!("cannot parse the query string: {e}")))?;
+        Ok(QueryParams(pairs))
+    }
+}
+
+impl QueryParams {
+    /// Refuse parameters this endpoint does not know, and repeated ones.
+    pub fn only(&self, known: &[&str]) -> Result<(), ApiError> {
+        let mut errs = Vec::new();
+        for (i, (k, _)) in self.0.iter().enumerate() {
+            if !known.contains(&k.as_str()) {
+                errs.push(FieldError::new(k.clone(), "unknown query parameter"));
+            } else if self.0[..i].iter().any(|(p, _)| p == k) {
+                errs.push(FieldError::new(k.clone(), "given more than once"));
+            }
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::Invalid(errs))
+        }
+    }
+
+    pub fn str(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn int(&self, name: &str, default: i64, min: i64, max: i64) -> Result<i64, ApiError> {
+        match self.str(name) {
+            None => Ok(default),
+            Some(v) => match v.trim().parse::<i64>() {
+                Ok(n) if (min..=max).contains(&n) => Ok(n),
+                _ => Err(ApiError::invalid(
+                    name,
+                    format!("must be an integer from {min} to {max}"),
+                )),
+            },
+        }
+    }
+
+    pub fn bool(&self, name: &str) -> Result<Option<bool>, ApiError> {
+        match self.str(name) {
+            None => Ok(None),
+            Some("true") => Ok(Some(true)),
+            Some("false") => Ok(Some(false)),
+            Some(_) => Err(ApiError::invalid(name, "must be true or false")),
+        }
+    }
+
+    pub fn timestamp(&self, name: &str) -> Result<Option<DateTime<Utc>>, ApiError> {
+        match self.str(name) {
+            None => Ok(None),
+            Some(v) => parse_timestamp(v).map(Some).ok_or_else(|| {
+                ApiError::invalid(
+                    name,
+                    "must be an RFC 3339 timestamp, e.g. 2026-11-29T08:30:00Z",
+                )
+            }),
+        }
+    }
+}
+
+/// `limit`, 1–500, default 100 (CONTRACT §5).
+pub fn page_limit(q: &QueryParams) -> Result<i64, ApiError> {
+    q.int("limit", 100, 1, 500)
+}
+
+/// Opaque cursors: hex of a small text payload, so clients cannot mistake them for ids.
+pub fn encode_cursor(raw: &str) -> String {
+    raw.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn decode_cursor(cursor: &str) -> Result<String, ApiError> {
+    let bad = || ApiError::invalid("cursor", "is not a cursor this server issued");
+    if !cursor.len().is_multiple_of(2) || cursor.len() > 1024 {
+        return Err(bad());
+    }
+    let bytes = (0..cursor.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(cursor.get(i..i + 2).unwrap_or("zz"), 16))
+        .collect::<Result<Vec<u8>, _>>()
+        .map_err(|_| bad())?;
+    String::from_utf8(bytes).map_err(|_| bad())
+}

@@ -1,0 +1,91 @@
+//! Liveness, readiness, metrics and the OpenAPI document.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::json;
+
+use super::{AppState, RouteTable};
+use crate::store;
+
+/// The API description, served as written in the repository.
+pub const OPENAPI_YAML: &str = include_str!("../../openapi.yaml");
+
+pub fn routes(t: RouteTable) -> RouteTable {
+    t.add("get", "/healthz", get(healthz))
+        .add("get", "/readyz", get(readyz))
+        .add("get", "/metrics", get(metrics))
+        .add("get", "/openapi.yaml", get(openapi))
+}
+
+/// The process is up and serving HTTP.
+async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// The database answers, every migration is applied, and every loop ticked recently.
+async fn readyz(State(state): State<AppState>) -> Response {
+    let mut problems = Vec::new();
+    let database = match store::migrations_applied(&state.pool).await {
+        Ok(true) => "ok".to_owned(),
+        Ok(false) => {
+            problems.push("migrations are not all applied".to_owned());
+            "migrations pending".to_owned()
+        }
+        Err(e) => {
+            problems.push(format!("database unreachable: {e}"));
+            "unreachable".to_owned()
+        }
+    };
+    let stale = state.heartbeats.stale();
+    for (name, age) in &stale {
+        problems.push(format!("{name} loop has not ticked for {age:.1} s"));
+    }
+    let loops: serde_json::Map<String, serde_json::Value> = state
+        .heartbeats
+        .names()
+        .into_iter()
+        .map(|n| {
+            let ok = !stale.iter().any(|(s, _)| *s == n);
+            (n.to_owned(), json!(if ok { "ok" } else { "stale" }))
+        })
+        .collect();
+    let status = if problems.is_empty() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(json!({
+            "status": if problems.is_empty() { "ready" } else { "not ready" },
+            "node_id": state.node_id,
+            "database": database,
+            "loops": loops,
+            "problems": problems,
+        })),
+    )
+        .into_response()
+}
+
+/// Prometheus text exposition of every kairos metric.
+async fn metrics() -> Response {
+    match crate::telemetry::metrics_handle() {
+        Some(h) => (
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            h.render(),
+        )
+            .into_response(),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "metrics recorder unavailable",
+        )
+            .into_response(),
+    }
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/yaml")], OPENAPI_YAML).into_response()
+}

@@ -1,0 +1,82 @@
+//! The HTTP adapter: one file per resource, each adding its routes to a [`RouteTable`] so the
+//! list of served routes is known (and checked against `openapi.yaml` by a test). Handlers parse,
+//! call `store`, and render; no SQL and no product rules live here.
+
+pub mod error;
+pub mod extract;
+pub mod health;
+pub mod instances;
+pub mod tasks;
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::MethodRouter;
+use sqlx::PgPool;
+use tower_http::trace::TraceLayer;
+
+use crate::services::Heartbeats;
+use error::ApiError;
+
+/// What handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub heartbeats: Heartbeats,
+    pub node_id: String,
+}
+
+/// A router that remembers which (method, path) pairs it serves.
+pub struct RouteTable {
+    router: Router<AppState>,
+    routes: Vec<(&'static str, &'static str)>,
+}
+
+impl RouteTable {
+    fn new() -> Self {
+        Self {
+            router: Router::new(),
+            routes: Vec::new(),
+        }
+    }
+
+    pub fn add(
+        mut self,
+        method: &'static str,
+        path: &'static str,
+        handler: MethodRouter<AppState>,
+    ) -> Self {
+        self.routes.push((method, path));
+        self.router = self.router.route(path, handler);
+        self
+    }
+}
+
+fn table() -> RouteTable {
+    let t = RouteTable::new();
+    let t = tasks::routes(t);
+    let t = instances::routes(t);
+    health::routes(t)
+}
+
+/// Every (method, path) the API serves, in axum's `{param}` syntax.
+pub fn served_routes() -> Vec<(&'static str, &'static str)> {
+    table().routes
+}
+
+/// The whole API.
+pub fn router(state: AppState, max_body_bytes: usize) -> Router {
+    table()
+        .router
+        .fallback(|| async { ApiError::NotFound("no such route".to_owned()) })
+        .method_not_allowed_fallback(|| async {
+            ApiError::MethodNotAllowed("this route does not accept that method".to_owned())
+        })
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// How long a request may take before the server stops waiting for it at shutdown.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);

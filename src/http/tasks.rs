@@ -1,0 +1,280 @@
+//! `/v1/tasks` and `/v1/cron/preview`: registration, listing, pause/resume, and schedule
+//! previews.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post, put};
+use serde_json::{Value, json};
+
+use super::error::ApiError;
+use super::extract::{JsonBody, QueryParams, decode_cursor, encode_cursor, page_limit};
+use super::{AppState, RouteTable};
+use crate::domain::schedule::{CronSchedule, format_instant, window_key};
+use crate::domain::task::{Task, parse_submission};
+use crate::store::{self, tasks as store_tasks};
+
+/// Most windows or fire times one preview returns.
+pub const MAX_PREVIEW_COUNT: i64 = 1000;
+/// Longest pause reason kept.
+const MAX_REASON_LEN: usize = 1024;
+
+pub fn routes(t: RouteTable) -> RouteTable {
+    t.add("put", "/v1/tasks/{id}", put(put_task))
+        .add("get", "/v1/tasks/{id}", get(get_task))
+        .add("delete", "/v1/tasks/{id}", delete(delete_task))
+        .add("get", "/v1/tasks", get(list_tasks))
+        .add("post", "/v1/tasks/{id}/pause", post(pause_task))
+        .add("post", "/v1/tasks/{id}/resume", post(resume_task))
+        .add("get", "/v1/tasks/{id}/preview", get(preview_task))
+        .add("get", "/v1/cron/preview", get(preview_cron))
+}
+
+/// The task as the API shows it: the spec (secrets removed) plus the read-only fields.
+pub fn task_json(t: &Task) -> Value {
+    let mut v = t.spec.to_public_json();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("paused".into(), json!(t.paused));
+        o.insert("paused_reason".into(), json!(t.paused_reason));
+        o.insert(
+            "next_fire_at".into(),
+            json!(t.next_fire_at.map(format_instant)),
+        );
+        o.insert("consecutive_failures".into(), json!(t.consecutive_failures));
+        o.insert("version".into(), json!(t.version));
+        o.insert("created_at".into(), json!(format_instant(t.created_at)));
+        o.insert("updated_at".into(), json!(format_instant(t.updated_at)));
+    }
+    v
+}
+
+fn task_response(status: StatusCode, t: &Task) -> Response {
+    let mut resp = (status, Json(task_json(t))).into_response();
+    if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", t.version)) {
+        resp.headers_mut().insert(header::ETAG, etag);
+    }
+    resp
+}
+
+/// `If-Match: 3`, `"3"` or `*`. Anything else can never match: 412.
+fn if_match(headers: &HeaderMap) -> Result<Option<IfMatch>, ApiError> {
+    let Some(raw) = headers.get(header::IF_MATCH) else {
+        return Ok(None);
+    };
+    let s = raw.to_str().unwrap_or("").trim();
+    if s == "*" {
+        return Ok(Some(IfMatch::Any));
+    }
+    s.trim_matches('"')
+        .parse::<i64>()
+        .map(|v| Some(IfMatch::Version(v)))
+        .map_err(|_| {
+            ApiError::PreconditionFailed(format!(
+                "If-Match must be a task version such as \"3\", not {s:?}"
+            ))
+        })
+}
+
+enum IfMatch {
+    Any,
+    Version(i64),
+}
+
+async fn put_task(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    if body.is_null() {
+        return Err(ApiError::Malformed(
+            "a JSON task definition is required".to_owned(),
+        ));
+    }
+    let sub = parse_submission(&id, &body).map_err(ApiError::Invalid)?;
+    let expected = match if_match(&headers)? {
+        None => None,
+        Some(IfMatch::Version(v)) => Some(v),
+        Some(IfMatch::Any) => match store_tasks::get_task(&state.pool, &id).await {
+            Ok(t) => Some(t.version),
+            Err(store::Error::NotFound) => {
+                return Err(ApiError::PreconditionFailed(
+                    "If-Match: * but the task does not exist".to_owned(),
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        },
+    };
+    let (outcome, task) = store_tasks::upsert_task(&state.pool, &sub, expected).await?;
+    match outcome {
+        store_tasks::Upserted::Created => {
+            tracing::info!(task_id = %id, agent_id = %task.spec.agent_id, trigger = task.spec.trigger.type_name(), next_fire_at = ?task.next_fire_at, "task created");
+            Ok(task_response(StatusCode::CREATED, &task))
+        }
+        store_tasks::Upserted::Replaced => {
+            tracing::info!(task_id = %id, version = task.version, next_fire_at = ?task.next_fire_at, "task replaced");
+            Ok(task_response(StatusCode::OK, &task))
+        }
+        store_tasks::Upserted::Unchanged => Ok(task_response(StatusCode::OK, &task)),
+    }
+}
+
+async fn get_task(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let task = store_tasks::get_task(&state.pool, &id)
+        .await
+        .map_err(|e| not_found_task(e, &id))?;
+    Ok(task_response(StatusCode::OK, &task))
+}
+
+fn not_found_task(e: store::Error, id: &str) -> ApiError {
+    match e {
+        store::Error::NotFound => ApiError::NotFound(format!("no task with id {id:?}")),
+        other => other.into(),
+    }
+}
+
+async fn delete_task(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let cancelled = store_tasks::delete_task(&state.pool, &id, "api")
+        .await
+        .map_err(|e| not_found_task(e, &id))?;
+    tracing::info!(task_id = %id, cancelled, "task deleted");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn list_tasks(
+    State(state): State<AppState>,
+    q: QueryParams,
+) -> Result<Json<Value>, ApiError> {
+    q.only(&["agent_id", "paused", "limit", "cursor"])?;
+    let limit = page_limit(&q)?;
+    let after_id = q.str("cursor").map(decode_cursor).transpose()?;
+    let filter = store_tasks::TaskFilter {
+        agent_id: q.str("agent_id").map(str::to_owned),
+        paused: q.bool("paused")?,
+        after_id,
+        limit: limit + 1,
+    };
+    let mut tasks = store_tasks::list_tasks(&state.pool, &filter).await?;
+    let next_cursor = if tasks.len() as i64 > limit {
+        tasks.truncate(limit as usize);
+        tasks.last().map(|t| encode_cursor(t.spec.id.as_str()))
+    } else {
+        None
+    };
+    Ok(Json(json!({
+        "items": tasks.iter().map(task_json).collect::<Vec<_>>(),
+        "next_cursor": next_cursor,
+    })))
+}
+
+async fn pause_task(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let reason = match &body {
+        Value::Null => None,
+        Value::Object(o) => {
+            if let Some(k) = o.keys().find(|k| k.as_str() != "reason") {
+                return Err(ApiError::invalid(k.clone(), "unknown field"));
+            }
+            match o.get("reason") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) if s.len() <= MAX_REASON_LEN => Some(s.clone()),
+                Some(_) => {
+                    return Err(ApiError::invalid(
+                        "reason",
+                        format!("must be a string of at most {MAX_REASON_LEN} bytes"),
+                    ));
+                }
+            }
+        }
+        _ => return Err(ApiError::invalid("", "the body must be a JSON object")),
+    };
+    let reason = reason.unwrap_or_else(|| "paused by operator".to_owned());
+    let task = store_tasks::pause_task(&state.pool, &id, &reason)
+        .await
+        .map_err(|e| not_found_task(e, &id))?;
+    tracing::info!(task_id = %id, reason = %reason, "task paused");
+    Ok(task_response(StatusCode::OK, &task))
+}
+
+async fn resume_task(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let task = store_tasks::resume_task(&state.pool, &id)
+        .await
+        .map_err(|e| not_found_task(e, &id))?;
+    tracing::info!(task_id = %id, next_fire_at = ?task.next_fire_at, "task resumed");
+    Ok(task_response(StatusCode::OK, &task))
+}
+
+async fn preview_task(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    q: QueryParams,
+) -> Result<Json<Value>, ApiError> {
+    q.only(&["count", "from"])?;
+    let count = q.int("count", 10, 1, MAX_PREVIEW_COUNT)?;
+    let from = q.timestamp("from")?;
+    let task = store_tasks::get_task(&state.pool, &id)
+        .await
+        .map_err(|e| not_found_task(e, &id))?;
+    let from = match from {
+        Some(f) => f,
+        None => store::now(&state.pool).await?,
+    };
+    let schedule = task
+        .spec
+        .trigger
+        .schedule()
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let windows: Vec<Value> = schedule
+        .upcoming(from, count as usize)
+        .into_iter()
+        .map(|t| json!({"scheduled_at": format_instant(t), "window_key": window_key(t)}))
+        .collect();
+    Ok(Json(json!({ "windows": windows })))
+}
+
+async fn preview_cron(
+    State(state): State<AppState>,
+    q: QueryParams,
+) -> Result<Json<Value>, ApiError> {
+    q.only(&["expr", "timezone", "count", "from"])?;
+    let expr = q
+        .str("expr")
+        .ok_or_else(|| ApiError::invalid("expr", "is required"))?;
+    let timezone = q.str("timezone").unwrap_or("UTC");
+    let count = q.int("count", 10, 1, MAX_PREVIEW_COUNT)?;
+    let schedule =
+        CronSchedule::parse(expr, timezone).map_err(|e| ApiError::invalid(e.field, e.message))?;
+    let from = match q.timestamp("from")? {
+        Some(f) => f,
+        None => store::now(&state.pool).await?,
+    };
+    let mut out = Vec::new();
+    let mut cursor = from;
+    while (out.len() as i64) < count {
+        match schedule.next_after(cursor) {
+            Some(t) => {
+                out.push(format_instant(t));
+                cursor = t;
+            }
+            None => break,
+        }
+    }
+    Ok(Json(json!({
+        "expr": schedule.expr(),
+        "timezone": timezone,
+        "fire_times": out,
+    })))
+}

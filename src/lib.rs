@@ -1,0 +1,20 @@
+//! kairos: a scheduler daemon for AI-agent tasks on PostgreSQL.
+//!
+//! The schedule decides when, the lease decides who, the fence and the window key decide how many
+//! times an effect counts.
+#![forbid(unsafe_code)]
+
+/// Wires everything together: pool, migrations, HTTP server, background loops, shutdown order.
+pub mod app;
+/// Typed settings from `config/kairos.toml`, `KAIROS_*` variables and `DATABASE_URL`.
+pub mod config;
+/// Pure product rules: tasks, schedules, instances, policies. No SQL, no HTTP, no clock reads.
+pub mod domain;
+/// The HTTP adapter: routers, DTOs, problem+json errors.
+pub mod http;
+/// Background loops, one file each (trigger loop, ...).
+pub mod services;
+/// The only place with SQL: one file per table.
+pub mod store;
+/// Logging subscriber and the Prometheus metrics recorder.
+pub mod telemetry;

@@ -1,0 +1,128 @@
+//! The `kairos` binary: parse the command line, load configuration, hand over to `app`.
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use kairos::config::Config;
+use kairos::domain::schedule::{CronSchedule, format_instant};
+
+#[derive(Parser)]
+#[command(
+    name = "kairos",
+    version,
+    about = "A scheduler daemon for AI-agent tasks"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon: apply migrations, serve the API, run the loops (the default).
+    Serve,
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Evaluate cron expressions.
+    Cron {
+        #[command(subcommand)]
+        command: CronCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum CronCommand {
+    /// Print the next fire times of an expression, in UTC (RFC 3339).
+    Next {
+        /// 5 or 6 fields, or a macro such as @daily.
+        expr: String,
+        /// IANA time zone the expression is evaluated in.
+        #[arg(long, default_value = "UTC")]
+        timezone: String,
+        /// How many fire times to print (1-1000).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        count: u16,
+        /// Start strictly after this RFC 3339 instant (default: now).
+        #[arg(long)]
+        from: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Cron {
+            command:
+                CronCommand::Next {
+                    expr,
+                    timezone,
+                    count,
+                    from,
+                },
+        } => cron_next(&expr, &timezone, count, from.as_deref()),
+        cmd @ (Command::Serve | Command::Migrate) => {
+            let cfg = match Config::load() {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("kairos: invalid configuration: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            kairos::telemetry::init_logging(cfg.log_format, &cfg.log_level);
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("kairos: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let result = runtime.block_on(async {
+                match cmd {
+                    Command::Migrate => kairos::app::migrate(cfg).await,
+                    _ => kairos::app::serve(cfg).await,
+                }
+            });
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = format!("{e:#}"), "kairos failed");
+                    eprintln!("kairos: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn cron_next(expr: &str, timezone: &str, count: u16, from: Option<&str>) -> ExitCode {
+    let schedule = match CronSchedule::parse(expr, timezone) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("kairos: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut cursor = match from {
+        None => chrono::Utc::now(),
+        Some(f) => match kairos::domain::task::parse_timestamp(f) {
+            Some(t) => t,
+            None => {
+                eprintln!(
+                    "kairos: --from must be an RFC 3339 timestamp, e.g. 2026-11-29T08:30:00Z"
+                );
+                return ExitCode::from(2);
+            }
+        },
+    };
+    for _ in 0..count {
+        match schedule.next_after(cursor) {
+            Some(t) => {
+                println!("{}", format_instant(t));
+                cursor = t;
+            }
+            None => break,
+        }
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,79 @@
+//! Background loops, one file each. Every loop has a `…Config`, a `run(self, shutdown)` that
+//! survives database errors with backoff, and a public `run_once` that tests drive directly.
+
+pub mod trigger_loop;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// When each loop last completed a pass, for `/readyz` and `kairos_loop_last_tick_timestamp`.
+#[derive(Clone, Default)]
+pub struct Heartbeats {
+    inner: Arc<Mutex<HashMap<&'static str, (Instant, Duration)>>>,
+}
+
+impl Heartbeats {
+    /// Record a tick of `name`, which promises to tick again within `expected`.
+    pub fn tick(&self, name: &'static str, expected: Duration) {
+        if let Ok(mut m) = self.inner.lock() {
+            m.insert(name, (Instant::now(), expected));
+        }
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        metrics::gauge!("kairos_loop_last_tick_timestamp", "loop" => name).set(secs);
+        tracing::debug!(loop_name = name, "loop heartbeat");
+    }
+
+    /// Register a loop before its first tick so a loop that never ticks is reported.
+    pub fn expect(&self, name: &'static str, expected: Duration) {
+        if let Ok(mut m) = self.inner.lock() {
+            m.entry(name).or_insert((Instant::now(), expected));
+        }
+    }
+
+    /// Loops that have not ticked within three times their promise (and at least 15 s), with
+    /// the seconds since their last tick.
+    pub fn stale(&self) -> Vec<(&'static str, f64)> {
+        let Ok(m) = self.inner.lock() else {
+            return Vec::new();
+        };
+        let mut out: Vec<(&'static str, f64)> = m
+            .iter()
+            .filter_map(|(name, (at, expected))| {
+                let allowed = (*expected * 3).max(Duration::from_secs(15));
+                let age = at.elapsed();
+                (age > allowed).then_some((*name, age.as_secs_f64()))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(b.0));
+        out
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        self.inner
+            .lock()
+            .map(|m| m.keys().copied().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Exponential backoff for a loop whose pass failed: 100 ms doubling to 10 s.
+pub fn error_backoff(consecutive_errors: u32) -> Duration {
+    let ms = 100u64.saturating_mul(1 << consecutive_errors.min(7));
+    Duration::from_millis(ms.min(10_000))
+}
+
+/// Log an error with its whole cause chain.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cur = c.source();
+    }
+    out
+}

@@ -1,0 +1,335 @@
+//! The trigger loop: turns every schedule into exactly one `task_instance` row per window.
+//!
+//! One loop runs per replica. A pass locks due tasks with `FOR UPDATE SKIP LOCKED` (so replicas
+//! split the work instead of queueing on each other), asks `domain::policy` what to write,
+//! inserts the windows with `ON CONFLICT DO NOTHING` and advances `next_fire_at`, all in one
+//! transaction: a crash anywhere leaves either everything or nothing. Between passes the loop
+//! sleeps until the earliest `next_fire_at` (database clock), woken early by NOTIFY on task
+//! changes; it never polls every task.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tokio_util::sync::CancellationToken;
+
+use super::{Heartbeats, error_backoff, error_chain};
+use crate::domain::instance::InstanceStatus;
+use crate::domain::policy::{SkipReason, plan_due_windows};
+use crate::domain::schedule::window_key;
+use crate::store::instances::{NewInstance, cancel_windows, insert_windows, unfinished_windows};
+use crate::store::tasks::{
+    CursorMove, advance_tasks, earliest_fire_at, lock_due_tasks, quarantine_task,
+};
+use crate::store::{self, TASKS_CHANNEL, map_db_error};
+
+pub const LOOP_NAME: &str = "trigger";
+pub const DEFAULT_BATCH_SIZE: i64 = 500;
+pub const DEFAULT_MAX_SLEEP: Duration = Duration::from_secs(10);
+/// When a due task is held by another replica, wait this long before looking again.
+const CONTENDED_SLEEP: Duration = Duration::from_millis(20);
+
+#[derive(Debug, Clone)]
+pub struct TriggerLoopConfig {
+    /// Written as `trigger:<node_id>` into instance events.
+    pub node_id: String,
+    /// Due tasks locked per transaction.
+    pub batch_size: i64,
+    /// Longest sleep when nothing is due (caps a lost notification).
+    pub max_sleep: Duration,
+}
+
+impl TriggerLoopConfig {
+    pub fn new(node_id: impl Into<String>) -> Self {
+        Self {
+            node_id: node_id.into(),
+            batch_size: DEFAULT_BATCH_SIZE,
+            max_sleep: DEFAULT_MAX_SLEEP,
+        }
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TriggerReport {
+    pub num_tasks: usize,
+    pub num_created: usize,
+    pub num_skipped: usize,
+    pub num_conflicts: usize,
+    pub num_cancelled: usize,
+    pub num_not_recorded: u64,
+}
+
+pub struct TriggerLoop {
+    pool: PgPool,
+    config: TriggerLoopConfig,
+    heartbeats: Heartbeats,
+}
+
+impl TriggerLoop {
+    pub fn new(pool: PgPool, config: TriggerLoopConfig, heartbeats: Heartbeats) -> Self {
+        Self {
+            pool,
+            config,
+            heartbeats,
+        }
+    }
+
+    /// Materialise every due window, batch after batch, until a short batch.
+    pub async fn run_once(&self) -> store::Result<TriggerReport> {
+        let mut total = TriggerReport::default();
+        loop {
+            let (report, full) = self.run_batch().await?;
+            total.num_tasks += report.num_tasks;
+            total.num_created += report.num_created;
+            total.num_skipped += report.num_skipped;
+            total.num_conflicts += report.num_conflicts;
+            total.num_cancelled += report.num_cancelled;
+            total.num_not_recorded += report.num_not_recorded;
+            if !full {
+                return Ok(total);
+            }
+        }
+    }
+
+    async fn run_batch(&self) -> store::Result<(TriggerReport, bool)> {
+        let actor = format!("trigger:{}", self.config.node_id);
+        let mut report = TriggerReport::default();
+        let mut tx = self.pool.begin().await.map_err(map_db_error)?;
+        let (due, bad) = lock_due_tasks(&mut tx, self.config.batch_size).await?;
+        let full = (due.len() + bad.len()) as i64 >= self.config.batch_size;
+        for (id, why) in &bad {
+            tracing::error!(task_id = %id, reason = %why, "stored task definition unreadable; pausing it");
+            quarantine_task(&mut tx, id, &format!("stored definition unreadable: {why}")).await?;
+        }
+        if due.is_empty() {
+            tx.commit().await.map_err(map_db_error)?;
+            return Ok((report, full));
+        }
+        let now: DateTime<Utc> = sqlx::query_scalar("select now()")
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(map_db_error)?;
+        let ids: Vec<&str> = due.iter().map(|t| t.spec.id.as_str()).collect();
+        let unfinished = unfinished_windows(&mut tx, &ids).await?;
+
+        let mut rows: Vec<NewInstance> = Vec::new();
+        let mut moves = Vec::with_capacity(due.len());
+        for task in &due {
+            let id = task.spec.id.as_str();
+            let schedule = match task.spec.trigger.schedule() {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(task_id = %id, reason = %e, "stored trigger no longer valid; pausing task");
+                    quarantine_task(&mut tx, id, &format!("trigger no longer valid: {e}")).await?;
+                    continue;
+                }
+            };
+            let empty = Vec::new();
+            let live = unfinished.get(id).unwrap_or(&empty);
+            let plan = plan_due_windows(
+                &schedule,
+                &task.spec.execution,
+                task.next_fire_at,
+                now,
+                live,
+            );
+            report.num_tasks += 1;
+            if plan.not_recorded > 0 {
+                report.num_not_recorded += plan.not_recorded;
+                metrics::counter!("kairos_catchup_not_recorded_total").increment(plan.not_recorded);
+                tracing::warn!(
+                    task_id = %id,
+                    from = %window_key(task.next_fire_at),
+                    not_recorded = plan.not_recorded,
+                    at_least = plan.truncated,
+                    "missed windows beyond the catch-up bound were neither run nor recorded"
+                );
+            }
+            if !plan.cancel.is_empty() {
+                let newest = plan
+                    .windows
+                    .iter()
+                    .rev()
+                    .find(|w| w.skip.is_none())
+                    .map(|w| window_key(w.scheduled_at))
+                    .unwrap_or_default();
+                let reason = format!("overlap replace: superseded by window {newest}");
+                let done = cancel_windows(&mut tx, id, &plan.cancel, &actor, &reason).await?;
+                for key in &done {
+                    tracing::info!(task_id = %id, window_key = %key, reason = %reason, "instance cancelled");
+                }
+                report.num_cancelled += done.len();
+            }
+            let last = plan.windows.last().map(|w| w.scheduled_at);
+            for w in plan.windows {
+                let key = window_key(w.scheduled_at);
+                let (status, skip_reason) = match &w.skip {
+                    None => (InstanceStatus::Pending, None),
+                    Some(r) => (InstanceStatus::Skipped, Some(r.clone())),
+                };
+                rows.push(NewInstance {
+                    task_id: id.to_owned(),
+                    window_key: key,
+                    scheduled_at: w.scheduled_at,
+                    status,
+                    source: w.source,
+                    agent_id: task.spec.agent_id.clone(),
+                    max_attempts: task.spec.execution.max_attempts(),
+                    available_at: w.scheduled_at,
+                    skip_reason: skip_reason.as_ref().map(SkipReason::as_text),
+                    context_override: None,
+                });
+            }
+            moves.push(CursorMove {
+                task_id: id.to_owned(),
+                next_fire_at: plan.next_fire_at,
+                last_window_at: last,
+            });
+        }
+
+        let inserted = insert_windows(&mut tx, &rows, &actor).await?;
+        advance_tasks(&mut tx, &moves).await?;
+        tx.commit().await.map_err(map_db_error)?;
+
+        for c in &inserted.created {
+            if c.status == InstanceStatus::Skipped.as_str() {
+                report.num_skipped += 1;
+            } else {
+                report.num_created += 1;
+                tracing::debug!(task_id = %c.task_id, window_key = %c.window_key, instance_id = %c.id, "window materialised");
+            }
+        }
+        // Skips are logged after commit, from the rows that really were written.
+        let created: std::collections::HashSet<(&str, &str)> = inserted
+            .created
+            .iter()
+            .map(|c| (c.task_id.as_str(), c.window_key.as_str()))
+            .collect();
+        for r in rows.iter().filter(|r| r.status == InstanceStatus::Skipped) {
+            if created.contains(&(r.task_id.as_str(), r.window_key.as_str())) {
+                let reason = r.skip_reason.as_deref().unwrap_or("");
+                let label = if reason == "missed" {
+                    "missed"
+                } else {
+                    "overlap"
+                };
+                metrics::counter!("kairos_skipped_total", "reason" => label).increment(1);
+                tracing::info!(task_id = %r.task_id, window_key = %r.window_key, source = r.source.as_str(), reason = %reason, "window skipped");
+            }
+        }
+        for (task_id, key) in &inserted.conflicts {
+            tracing::info!(task_id = %task_id, window_key = %key, reason = "window already exists", "window insert conflict");
+        }
+        report.num_conflicts = inserted.conflicts.len();
+        metrics::counter!("kairos_windows_created_total").increment(report.num_created as u64);
+        metrics::counter!("kairos_window_conflicts_total").increment(report.num_conflicts as u64);
+        if report.num_created + report.num_skipped > 0 {
+            tracing::info!(
+                tasks = report.num_tasks,
+                created = report.num_created,
+                skipped = report.num_skipped,
+                conflicts = report.num_conflicts,
+                "trigger pass"
+            );
+        }
+        Ok((report, full))
+    }
+
+    /// How long to sleep: until the earliest `next_fire_at` by the database clock, at most
+    /// `max_sleep`.
+    async fn sleep_for(&self, did_work: bool) -> store::Result<Duration> {
+        let (earliest, now) = earliest_fire_at(&self.pool).await?;
+        Ok(match earliest {
+            None => self.config.max_sleep,
+            Some(at) if at <= now => {
+                // Due but not taken by us: another replica holds it. Do not spin.
+                if did_work {
+                    Duration::ZERO
+                } else {
+                    CONTENDED_SLEEP
+                }
+            }
+            Some(at) => (at - now)
+                .to_std()
+                .unwrap_or(Duration::ZERO)
+                .min(self.config.max_sleep),
+        })
+    }
+
+    /// Run until `shutdown` is cancelled. Database errors are logged with their cause and
+    /// retried with backoff; the loop never exits on its own.
+    pub async fn run(self, shutdown: CancellationToken) {
+        self.heartbeats.expect(LOOP_NAME, self.config.max_sleep);
+        let mut listener: Option<PgListener> = None;
+        let mut errors: u32 = 0;
+        tracing::info!(node_id = %self.config.node_id, "trigger loop started");
+        loop {
+            if shutdown.is_cancelled() {
+                break;
+            }
+            if listener.is_none() {
+                listener = match PgListener::connect_with(&self.pool).await {
+                    Ok(mut l) => match l.listen(TASKS_CHANNEL).await {
+                        Ok(()) => Some(l),
+                        Err(e) => {
+                            tracing::warn!(error = %error_chain(&e), "trigger loop cannot LISTEN; will poll");
+                            None
+                        }
+                    },
+                    Err(e) => {
+                        tracing::warn!(error = %error_chain(&e), "trigger loop cannot LISTEN; will poll");
+                        None
+                    }
+                };
+            }
+            let pass = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                r = self.run_once() => r,
+            };
+            let sleep = match pass {
+                Ok(report) => {
+                    errors = 0;
+                    self.heartbeats.tick(LOOP_NAME, self.config.max_sleep);
+                    match self.sleep_for(report.num_tasks > 0).await {
+                        Ok(d) => d,
+                        Err(e) => {
+                            tracing::warn!(error = %error_chain(&e), "trigger loop cannot read next fire time");
+                            error_backoff(0)
+                        }
+                    }
+                }
+                Err(e) => {
+                    errors = errors.saturating_add(1);
+                    let wait = error_backoff(errors);
+                    tracing::error!(error = %error_chain(&e), retry_in_ms = wait.as_millis() as u64, "trigger pass failed");
+                    wait
+                }
+            };
+            if sleep.is_zero() {
+                continue;
+            }
+            let woke = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(sleep) => Ok(false),
+                n = recv(&mut listener) => n,
+            };
+            if let Err(e) = woke {
+                tracing::warn!(error = %error_chain(&e), "trigger loop lost its LISTEN connection; reconnecting");
+                listener = None;
+            }
+        }
+        tracing::info!("trigger loop stopped");
+    }
+}
+
+/// Wait for a task-change notification; pending forever without a listener.
+async fn recv(listener: &mut Option<PgListener>) -> Result<bool, sqlx::Error> {
+    match listener {
+        Some(l) => l.recv().await.map(|_| true),
+        None => std::future::pending().await,
+    }
+}

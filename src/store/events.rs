@@ -1,0 +1,47 @@
+//! The `instance_events` table: one row per transition. Rows are written by the statements in
+//! `instances.rs` that make the transition; this file only reads them.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::{Error, Result, map_db_error};
+use crate::domain::instance::InstanceEvent;
+
+#[derive(sqlx::FromRow)]
+struct EventRow {
+    from_status: Option<String>,
+    to_status: String,
+    attempt: i32,
+    at: DateTime<Utc>,
+    actor: String,
+    reason: Option<String>,
+}
+
+/// An instance's history, oldest first.
+pub async fn list_events(pool: &PgPool, instance_id: Uuid) -> Result<Vec<InstanceEvent>> {
+    let rows: Vec<EventRow> = sqlx::query_as(
+        "select from_status, to_status, attempt, at, actor, reason from instance_events \
+         where instance_id = $1 order by id",
+    )
+    .bind(instance_id)
+    .fetch_all(pool)
+    .await
+    .map_err(map_db_error)?;
+    rows.into_iter()
+        .map(|r| {
+            Ok(InstanceEvent {
+                from: r
+                    .from_status
+                    .map(|s| s.parse())
+                    .transpose()
+                    .map_err(Error::Corrupt)?,
+                to: r.to_status.parse().map_err(Error::Corrupt)?,
+                attempt: r.attempt,
+                at: r.at,
+                actor: r.actor,
+                reason: r.reason,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,87 @@
+//! The only place with SQL. One file per table; functions are `verb_object(conn, params)` and
+//! return domain types. Functions that must compose into one transaction take a
+//! `&mut PgConnection`; the rest take the pool.
+
+pub mod events;
+pub mod instances;
+pub mod tasks;
+
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+/// Embedded migrations. sqlx takes a PostgreSQL advisory lock while applying them, so several
+/// replicas starting at once apply each migration exactly once.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// The channel a task change is announced on, waking every replica's trigger loop.
+pub const TASKS_CHANNEL: &str = "kairos_tasks";
+
+/// What went wrong in the database, in the product's terms.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("not found")]
+    NotFound,
+    /// A uniqueness or state conflict the caller can report as 409.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// A compare-and-swap found the row in another state than expected.
+    #[error("stale: {0}")]
+    Stale(String),
+    /// `If-Match` named another version.
+    #[error("version mismatch: current version is {current}")]
+    VersionMismatch { current: i64 },
+    /// The request is well-formed but the database state makes a value invalid (422).
+    #[error("{0}")]
+    Invalid(crate::domain::task::FieldError),
+    /// A stored value no longer passes today's rules.
+    #[error("invalid stored data: {0}")]
+    Corrupt(String),
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Map a database error to [`Error`] once: unique violations become conflicts.
+pub fn map_db_error(e: sqlx::Error) -> Error {
+    match &e {
+        sqlx::Error::RowNotFound => Error::NotFound,
+        sqlx::Error::Database(db) if db.is_unique_violation() => {
+            Error::Conflict(db.message().to_owned())
+        }
+        _ => Error::Db(e),
+    }
+}
+
+/// Connect a pool of at most `max_connections`.
+pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(std::time::Duration::from_secs(10))
+        .connect(url)
+        .await
+}
+
+/// Apply pending migrations.
+pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    MIGRATOR.run(pool).await
+}
+
+/// True when every embedded migration has been applied to this database.
+pub async fn migrations_applied(pool: &PgPool) -> Result<bool> {
+    let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+    let applied: Option<i64> =
+        sqlx::query_scalar("select max(version) from _sqlx_migrations where success")
+            .fetch_one(pool)
+            .await
+            .map_err(map_db_error)?;
+    Ok(applied.unwrap_or(0) >= latest)
+}
+
+/// The database clock: the one clock for windows, leases and deadlines (CONTRACT §1).
+pub async fn now(pool: &PgPool) -> Result<chrono::DateTime<chrono::Utc>> {
+    sqlx::query_scalar("select now()")
+        .fetch_one(pool)
+        .await
+        .map_err(map_db_error)
+}

@@ -1,0 +1,447 @@
+//! The `tasks` table: the registry, pause state, and the trigger loop's `next_fire_at` cursor.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
+
+use super::{Error, Result, TASKS_CHANNEL, map_db_error};
+use crate::domain::task::{FieldError, Task, TaskId, TaskSpec, TaskSubmission, TriggerSpec};
+
+/// Longest dependency chain followed when checking for cycles.
+const MAX_DEPENDENCY_DEPTH: i32 = 1000;
+
+#[derive(sqlx::FromRow)]
+struct TaskRow {
+    spec: Json<Value>,
+    paused: bool,
+    paused_reason: Option<String>,
+    next_fire_at: Option<DateTime<Utc>>,
+    consecutive_failures: i32,
+    version: i64,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+const TASK_COLUMNS: &str = "spec, paused, paused_reason, next_fire_at, consecutive_failures, \
+                            version, created_at, updated_at";
+
+impl TryFrom<TaskRow> for Task {
+    type Error = Error;
+    fn try_from(row: TaskRow) -> Result<Task> {
+        let spec: TaskSpec = serde_json::from_value(row.spec.0)
+            .map_err(|e| Error::Corrupt(format!("tasks.spec: {e}")))?;
+        Ok(Task {
+            spec,
+            paused: row.paused,
+            paused_reason: row.paused_reason,
+            next_fire_at: row.next_fire_at,
+            consecutive_failures: row.consecutive_failures,
+            version: row.version,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        })
+    }
+}
+
+/// What a PUT did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upserted {
+    Created,
+    Replaced,
+    Unchanged,
+}
+
+pub async fn get_task(pool: &PgPool, id: &str) -> Result<Task> {
+    let row: TaskRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {TASK_COLUMNS} from tasks where id = $1"
+    )))
+    .bind(id)
+    .fetch_optional(pool)
+    .await
+    .map_err(map_db_error)?
+    .ok_or(Error::NotFound)?;
+    row.try_into()
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct TaskFilter {
+    pub agent_id: Option<String>,
+    pub paused: Option<bool>,
+    /// Keyset cursor: ids strictly greater than this.
+    pub after_id: Option<String>,
+    pub limit: i64,
+}
+
+/// Tasks in id order, one page.
+pub async fn list_tasks(pool: &PgPool, f: &TaskFilter) -> Result<Vec<Task>> {
+    let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new(format!(
+        "select {TASK_COLUMNS} from tasks where true"
+    ));
+    if let Some(a) = &f.agent_id {
+        q.push(" and agent_id = ").push_bind(a.clone());
+    }
+    if let Some(p) = f.paused {
+        q.push(" and paused = ").push_bind(p);
+    }
+    if let Some(after) = &f.after_id {
+        q.push(" and id > ").push_bind(after.clone());
+    }
+    q.push(" order by id limit ").push_bind(f.limit);
+    let rows: Vec<TaskRow> = q
+        .build_query_as()
+        .fetch_all(pool)
+        .await
+        .map_err(map_db_error)?;
+    rows.into_iter().map(Task::try_from).collect()
+}
+
+/// The first window of a trigger strictly after `now`, for a new or changed task. A `once` task
+/// keeps its instant even when it has passed: the trigger loop then applies the misfire grace.
+fn first_fire_at(trigger: &TriggerSpec, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>> {
+    if let TriggerSpec::Once { at } = trigger {
+        return Ok(Some(*at));
+    }
+    let schedule = trigger
+        .schedule()
+        .map_err(|e| Error::Corrupt(e.to_string()))?;
+    Ok(schedule.next_after(now))
+}
+
+/// The next window of a task being resumed: computed from now, so paused time is not "missed";
+/// a one-shot whose instant passed while paused does not fire.
+fn resumed_fire_at(trigger: &TriggerSpec, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>> {
+    match trigger {
+        TriggerSpec::Once { at } => Ok((*at > now).then_some(*at)),
+        other => first_fire_at(other, now),
+    }
+}
+
+async fn lock_task(conn: &mut PgConnection, id: &str) -> Result<Option<Task>> {
+    let row: Option<TaskRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {TASK_COLUMNS} from tasks where id = $1 for update"
+    )))
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    row.map(Task::try_from).transpose()
+}
+
+async fn notify_task_changed(conn: &mut PgConnection, id: &str) -> Result<()> {
+    sqlx::query("select pg_notify($1, $2)")
+        .bind(TASKS_CHANNEL)
+        .bind(id)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_db_error)?;
+    Ok(())
+}
+
+/// Refuse an `after` edge to an unknown upstream or one that would close a cycle. Callers hold
+/// the dependency lock, so two concurrent PUTs cannot each add half of a cycle.
+async fn check_dependency(conn: &mut PgConnection, id: &TaskId, upstream: &TaskId) -> Result<()> {
+    let exists: bool = sqlx::query_scalar("select exists(select 1 from tasks where id = $1)")
+        .bind(upstream.as_str())
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map_db_error)?;
+    if !exists {
+        return Err(Error::Invalid(FieldError::new(
+            "trigger.task",
+            format!("upstream task {upstream} does not exist"),
+        )));
+    }
+    let cycle: bool = sqlx::query_scalar(
+        "with recursive chain(id, depth) as ( \
+             select $1::text, 0 \
+             union all \
+             select t.upstream_task_id, c.depth + 1 from tasks t join chain c on t.id = c.id \
+             where t.upstream_task_id is not null and c.depth < $3 \
+         ) select exists(select 1 from chain where id = $2)",
+    )
+    .bind(upstream.as_str())
+    .bind(id.as_str())
+    .bind(MAX_DEPENDENCY_DEPTH)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    if cycle {
+        return Err(Error::Invalid(FieldError::new(
+            "trigger.task",
+            format!("depending on {upstream} would create a dependency cycle"),
+        )));
+    }
+    Ok(())
+}
+
+/// Create or replace a task declaratively. An identical submission changes nothing (not even
+/// the version). A changed trigger recomputes `next_fire_at` from now; other changes keep it.
+pub async fn upsert_task(
+    pool: &PgPool,
+    sub: &TaskSubmission,
+    if_match: Option<i64>,
+) -> Result<(Upserted, Task)> {
+    let spec = &sub.spec;
+    let spec_json =
+        serde_json::to_value(spec).map_err(|e| Error::Corrupt(format!("task spec: {e}")))?;
+    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    if let Some(upstream) = spec.trigger.upstream() {
+        sqlx::query("select pg_advisory_xact_lock(hashtext('kairos:dependencies'))")
+            .execute(&mut *tx)
+            .await
+            .map_err(map_db_error)?;
+        check_dependency(&mut tx, &spec.id, upstream).await?;
+    }
+    let now: DateTime<Utc> = sqlx::query_scalar("select now()")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_db_error)?;
+
+    let existing = lock_task(&mut tx, spec.id.as_str()).await?;
+    if let Some(v) = if_match {
+        match &existing {
+            Some(t) if t.version == v => {}
+            Some(t) => return Err(Error::VersionMismatch { current: t.version }),
+            None => return Err(Error::VersionMismatch { current: 0 }),
+        }
+    }
+
+    let outcome = match existing {
+        None => {
+            let paused = sub.paused.unwrap_or(false);
+            let inserted = sqlx::query(
+                "insert into tasks (id, agent_id, spec, trigger_type, upstream_task_id, paused, \
+                                    paused_reason, paused_at, next_fire_at) \
+                 values ($1, $2, $3, $4, $5, $6, $7, case when $6 then now() end, $8) \
+                 on conflict (id) do nothing",
+            )
+            .bind(spec.id.as_str())
+            .bind(&spec.agent_id)
+            .bind(Json(&spec_json))
+            .bind(spec.trigger.type_name())
+            .bind(spec.trigger.upstream().map(TaskId::as_str))
+            .bind(paused)
+            .bind(paused.then_some("paused at registration"))
+            .bind(first_fire_at(&spec.trigger, now)?)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_db_error)?;
+            if inserted.rows_affected() == 0 {
+                // Another request created it between our lock attempt and the insert.
+                return Err(Error::Conflict(format!(
+                    "task {} was created concurrently; retry the request",
+                    spec.id
+                )));
+            }
+            Upserted::Created
+        }
+        Some(current) => {
+            let pause_change = sub.paused.filter(|p| *p != current.paused);
+            if current.spec == *spec && pause_change.is_none() {
+                tx.commit().await.map_err(map_db_error)?;
+                return Ok((Upserted::Unchanged, current));
+            }
+            let next_fire_at =
+                if current.spec.trigger != spec.trigger || pause_change == Some(false) {
+                    first_fire_at(&spec.trigger, now)?
+                } else {
+                    current.next_fire_at
+                };
+            let paused = pause_change.unwrap_or(current.paused);
+            sqlx::query(
+                "update tasks set agent_id = $2, spec = $3, trigger_type = $4, \
+                     upstream_task_id = $5, next_fire_at = $6, paused = $7, \
+                     paused_reason = case when $7 then coalesce(paused_reason, 'paused by task definition') end, \
+                     paused_at = case when $7 then coalesce(paused_at, now()) end, \
+                     version = version + 1, updated_at = now() \
+                 where id = $1",
+            )
+            .bind(spec.id.as_str())
+            .bind(&spec.agent_id)
+            .bind(Json(&spec_json))
+            .bind(spec.trigger.type_name())
+            .bind(spec.trigger.upstream().map(TaskId::as_str))
+            .bind(next_fire_at)
+            .bind(paused)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_db_error)?;
+            Upserted::Replaced
+        }
+    };
+    notify_task_changed(&mut tx, spec.id.as_str()).await?;
+    let task = lock_task(&mut tx, spec.id.as_str())
+        .await?
+        .ok_or(Error::NotFound)?;
+    tx.commit().await.map_err(map_db_error)?;
+    Ok((outcome, task))
+}
+
+/// Remove a task. Its PENDING and FAILED instances are CANCELLED (with events); RUNNING ones
+/// finish under their leases; history is kept. Returns the number of instances cancelled.
+pub async fn delete_task(pool: &PgPool, id: &str, actor: &str) -> Result<u64> {
+    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let deleted = sqlx::query("delete from tasks where id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_db_error)?;
+    if deleted.rows_affected() == 0 {
+        return Err(Error::NotFound);
+    }
+    let cancelled =
+        super::instances::cancel_unstarted_of_task(&mut tx, id, actor, "task deleted").await?;
+    notify_task_changed(&mut tx, id).await?;
+    tx.commit().await.map_err(map_db_error)?;
+    Ok(cancelled)
+}
+
+/// Pause a task: no windows are materialised and none of its instances can be claimed.
+/// Pausing a paused task only updates the reason.
+pub async fn pause_task(pool: &PgPool, id: &str, reason: &str) -> Result<Task> {
+    let row: TaskRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "update tasks set paused = true, paused_reason = $2, \
+             paused_at = coalesce(paused_at, now()), version = version + 1, updated_at = now() \
+         where id = $1 returning {TASK_COLUMNS}"
+    )))
+    .bind(id)
+    .bind(reason)
+    .fetch_optional(pool)
+    .await
+    .map_err(map_db_error)?
+    .ok_or(Error::NotFound)?;
+    row.try_into()
+}
+
+/// Resume a task: `next_fire_at` is recomputed from now, so paused time is not "missed".
+/// Resuming a running task changes nothing.
+pub async fn resume_task(pool: &PgPool, id: &str) -> Result<Task> {
+    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let current = lock_task(&mut tx, id).await?.ok_or(Error::NotFound)?;
+    if !current.paused {
+        tx.commit().await.map_err(map_db_error)?;
+        return Ok(current);
+    }
+    let now: DateTime<Utc> = sqlx::query_scalar("select now()")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_db_error)?;
+    let next_fire_at = resumed_fire_at(&current.spec.trigger, now)?;
+    sqlx::query(
+        "update tasks set paused = false, paused_reason = null, paused_at = null, \
+             next_fire_at = $2, version = version + 1, updated_at = now() where id = $1",
+    )
+    .bind(id)
+    .bind(next_fire_at)
+    .execute(&mut *tx)
+    .await
+    .map_err(map_db_error)?;
+    notify_task_changed(&mut tx, id).await?;
+    let task = lock_task(&mut tx, id).await?.ok_or(Error::NotFound)?;
+    tx.commit().await.map_err(map_db_error)?;
+    Ok(task)
+}
+
+/// A due task as the trigger loop sees it, locked until the surrounding transaction ends.
+#[derive(Debug, Clone)]
+pub struct DueTask {
+    pub spec: TaskSpec,
+    pub next_fire_at: DateTime<Utc>,
+}
+
+#[derive(sqlx::FromRow)]
+struct DueRow {
+    id: String,
+    spec: Json<Value>,
+    next_fire_at: DateTime<Utc>,
+}
+
+/// Lock up to `limit` due, unpaused tasks, skipping those another replica holds. Rows whose
+/// spec no longer parses are returned as errors beside the good ones so one bad row cannot
+/// stall the loop.
+pub async fn lock_due_tasks(
+    conn: &mut PgConnection,
+    limit: i64,
+) -> Result<(Vec<DueTask>, Vec<(String, String)>)> {
+    let rows: Vec<DueRow> = sqlx::query_as(
+        "select id, spec, next_fire_at from tasks \
+         where not paused and next_fire_at is not null and next_fire_at <= now() \
+         order by next_fire_at limit $1 for update skip locked",
+    )
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    let mut due = Vec::with_capacity(rows.len());
+    let mut bad = Vec::new();
+    for row in rows {
+        match serde_json::from_value::<TaskSpec>(row.spec.0) {
+            Ok(spec) => due.push(DueTask {
+                spec,
+                next_fire_at: row.next_fire_at,
+            }),
+            Err(e) => bad.push((row.id, e.to_string())),
+        }
+    }
+    Ok((due, bad))
+}
+
+/// How the trigger loop moves one task's cursor.
+#[derive(Debug, Clone)]
+pub struct CursorMove {
+    pub task_id: String,
+    pub next_fire_at: Option<DateTime<Utc>>,
+    /// The newest window written in this pass, if any.
+    pub last_window_at: Option<DateTime<Utc>>,
+}
+
+/// Move the trigger cursor of several tasks at once.
+pub async fn advance_tasks(conn: &mut PgConnection, moves: &[CursorMove]) -> Result<()> {
+    if moves.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<&str> = moves.iter().map(|m| m.task_id.as_str()).collect();
+    let next: Vec<Option<DateTime<Utc>>> = moves.iter().map(|m| m.next_fire_at).collect();
+    let last: Vec<Option<DateTime<Utc>>> = moves.iter().map(|m| m.last_window_at).collect();
+    sqlx::query(
+        "update tasks t set next_fire_at = m.next_fire_at, \
+             last_window_at = coalesce(m.last_window_at, t.last_window_at) \
+         from unnest($1::text[], $2::timestamptz[], $3::timestamptz[]) \
+              as m(id, next_fire_at, last_window_at) \
+         where t.id = m.id",
+    )
+    .bind(&ids)
+    .bind(&next)
+    .bind(&last)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    Ok(())
+}
+
+/// Pause a task whose stored definition no longer parses, so it stops blocking the loop and an
+/// operator sees why.
+pub async fn quarantine_task(conn: &mut PgConnection, id: &str, reason: &str) -> Result<()> {
+    sqlx::query(
+        "update tasks set paused = true, paused_reason = $2, paused_at = now(), \
+             updated_at = now() where id = $1",
+    )
+    .bind(id)
+    .bind(reason)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    Ok(())
+}
+
+/// The earliest `next_fire_at` of any unpaused task and the database's `now()`, for the trigger
+/// loop's sleep.
+pub async fn earliest_fire_at(pool: &PgPool) -> Result<(Option<DateTime<Utc>>, DateTime<Utc>)> {
+    sqlx::query_as(
+        "select (select min(next_fire_at) from tasks where not paused and next_fire_at is not null), now()",
+    )
+    .fetch_one(pool)
+    .await
+    .map_err(map_db_error)
+}

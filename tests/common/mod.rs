@@ -1,0 +1,136 @@
+//! Shared test harness: a real kairos (real axum server on a loopback port 0) over the fresh
+//! database `#[sqlx::test]` created, plus helpers to wait with deadlines instead of sleeping.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use kairos::app::{self, Options, Running};
+use kairos::services::trigger_loop::TriggerLoopConfig;
+use reqwest::{Client, Method, Response};
+use serde_json::Value;
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub pool: PgPool,
+    pub client: Client,
+    running: Option<Running>,
+}
+
+impl TestApp {
+    /// The API only; tests drive loops by hand.
+    pub async fn spawn(pool: PgPool) -> TestApp {
+        Self::spawn_with(pool, None).await
+    }
+
+    /// The API plus a trigger loop named `node_id`.
+    pub async fn spawn_with_trigger(pool: PgPool, node_id: &str) -> TestApp {
+        let mut cfg = TriggerLoopConfig::new(node_id);
+        cfg.max_sleep = Duration::from_millis(500);
+        Self::spawn_with(pool, Some(cfg)).await
+    }
+
+    pub async fn spawn_with(pool: PgPool, trigger: Option<TriggerLoopConfig>) -> TestApp {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let opts = Options {
+            node_id: "test-node".to_owned(),
+            max_body_bytes: 256 * 1024,
+            trigger,
+            shutdown_grace: Duration::from_secs(5),
+        };
+        let running = app::start(pool.clone(), listener, opts).expect("start kairos");
+        TestApp {
+            addr: running.addr,
+            pool,
+            client: Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .expect("http client"),
+            running: Some(running),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub async fn request(&self, method: Method, path: &str, body: Option<Value>) -> Response {
+        let mut req = self.client.request(method, self.url(path));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        req.send().await.expect("request sent")
+    }
+
+    pub async fn get(&self, path: &str) -> Response {
+        self.request(Method::GET, path, None).await
+    }
+
+    pub async fn put(&self, path: &str, body: Value) -> Response {
+        self.request(Method::PUT, path, Some(body)).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Response {
+        self.request(Method::POST, path, Some(body)).await
+    }
+
+    pub async fn shutdown(mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown().await;
+        }
+    }
+}
+
+/// Status and JSON body of a response.
+pub async fn json(resp: Response) -> (u16, Value) {
+    let status = resp.status().as_u16();
+    let text = resp.text().await.expect("body");
+    let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, v)
+}
+
+/// Poll `check` until it returns `Some`, or panic after `deadline`.
+pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Rows of `task_instance` for a task: (window_key, status, source, skip_reason), window order.
+pub async fn windows(
+    pool: &PgPool,
+    task_id: &str,
+) -> Vec<(String, String, String, Option<String>)> {
+    sqlx::query_as(
+        "select window_key, status, source, skip_reason from task_instance \
+         where task_id = $1 order by scheduled_at",
+    )
+    .bind(task_id)
+    .fetch_all(pool)
+    .await
+    .expect("query windows")
+}
+
+pub fn cron_task(agent: &str, expr: &str) -> Value {
+    serde_json::json!({
+        "agent_id": agent,
+        "trigger": {"type": "cron", "expr": expr, "timezone": "UTC"},
+    })
+}

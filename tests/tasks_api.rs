@@ -1,0 +1,302 @@
+//! The task registry over real HTTP and a real PostgreSQL.
+
+mod common;
+
+use common::{TestApp, cron_task, json};
+use reqwest::Method;
+use serde_json::json;
+use sqlx::PgPool;
+
+#[sqlx::test]
+async fn put_creates_then_an_identical_put_is_a_no_op(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let body = json!({
+        "agent_id": "report_agent",
+        "trigger": {"type": "cron", "expr": "0 30 8 * * *", "timezone": "Asia/Shanghai"},
+        "context": {"params": {"region": "cn-north"}},
+    });
+    let (status, created) = json(app.put("/v1/tasks/daily_report_001", body.clone()).await).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["id"], "daily_report_001");
+    assert_eq!(created["version"], 1);
+    assert_eq!(created["execution"]["max_retries"], 3);
+    assert_eq!(created["execution"]["overlap"], "skip");
+    assert_eq!(created["circuit_breaker"]["failure_threshold"], 5);
+    assert_eq!(created["paused"], false);
+    let next = created["next_fire_at"].as_str().expect("next_fire_at");
+    assert!(
+        next.ends_with(":30:00Z") && next.contains("T00:30:00Z"),
+        "{next}"
+    );
+
+    let resp = app.put("/v1/tasks/daily_report_001", body.clone()).await;
+    assert_eq!(resp.headers()["etag"], "\"1\"");
+    let (status, again) = json(resp).await;
+    assert_eq!(status, 200);
+    assert_eq!(again["version"], 1);
+    assert_eq!(again["updated_at"], created["updated_at"]);
+
+    let mut changed = body;
+    changed["context"] = json!({"params": {"region": "eu-west"}});
+    let (status, replaced) = json(app.put("/v1/tasks/daily_report_001", changed).await).await;
+    assert_eq!(status, 200);
+    assert_eq!(replaced["version"], 2);
+    assert_eq!(replaced["context"]["params"]["region"], "eu-west");
+    // The trigger did not change, so neither did the next window.
+    assert_eq!(replaced["next_fire_at"], created["next_fire_at"]);
+}
+
+#[sqlx::test]
+async fn if_match_guards_replacement(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    app.put("/v1/tasks/t1", cron_task("a", "*/5 * * * *")).await;
+    let resp = app
+        .client
+        .put(app.url("/v1/tasks/t1"))
+        .header("If-Match", "\"7\"")
+        .json(&cron_task("a", "*/10 * * * *"))
+        .send()
+        .await
+        .expect("sent");
+    let (status, problem) = json(resp).await;
+    assert_eq!(status, 412, "{problem}");
+    assert_eq!(problem["status"], 412);
+
+    let resp = app
+        .client
+        .put(app.url("/v1/tasks/t1"))
+        .header("If-Match", "1")
+        .json(&cron_task("a", "*/10 * * * *"))
+        .send()
+        .await
+        .expect("sent");
+    let (status, task) = json(resp).await;
+    assert_eq!(status, 200, "{task}");
+    assert_eq!(task["version"], 2);
+    assert_eq!(task["trigger"]["expr"], "*/10 * * * *");
+
+    let resp = app
+        .client
+        .put(app.url("/v1/tasks/nope"))
+        .header("If-Match", "*")
+        .json(&cron_task("a", "*/10 * * * *"))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(resp.status().as_u16(), 412);
+}
+
+#[sqlx::test]
+async fn list_pages_with_a_cursor_and_filters(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    for i in 0..7 {
+        let agent = if i % 2 == 0 { "even" } else { "odd" };
+        let (status, _) = json(
+            app.put(&format!("/v1/tasks/t{i}"), cron_task(agent, "0 * * * *"))
+                .await,
+        )
+        .await;
+        assert_eq!(status, 201);
+    }
+    let mut seen = Vec::new();
+    let mut path = "/v1/tasks?limit=3".to_owned();
+    loop {
+        let (status, page) = json(app.get(&path).await).await;
+        assert_eq!(status, 200, "{page}");
+        let items = page["items"].as_array().expect("items");
+        assert!(items.len() <= 3);
+        seen.extend(
+            items
+                .iter()
+                .map(|t| t["id"].as_str().unwrap_or("").to_owned()),
+        );
+        match page["next_cursor"].as_str() {
+            Some(c) => path = format!("/v1/tasks?limit=3&cursor={c}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, vec!["t0", "t1", "t2", "t3", "t4", "t5", "t6"]);
+
+    let (_, odd) = json(app.get("/v1/tasks?agent_id=odd").await).await;
+    assert_eq!(odd["items"].as_array().map(Vec::len), Some(3));
+    app.post("/v1/tasks/t1/pause", json!({})).await;
+    let (_, paused) = json(app.get("/v1/tasks?paused=true").await).await;
+    assert_eq!(paused["items"].as_array().map(Vec::len), Some(1));
+    assert_eq!(paused["items"][0]["id"], "t1");
+}
+
+#[sqlx::test]
+async fn pause_and_resume_move_next_fire_at(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put("/v1/tasks/t1", cron_task("a", "* * * * * *")).await;
+    let (status, paused) = json(
+        app.post("/v1/tasks/t1/pause", json!({"reason": "maintenance"}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(paused["paused"], true);
+    assert_eq!(paused["paused_reason"], "maintenance");
+
+    // Let the old next_fire_at fall into the past while paused.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let (status, resumed) =
+        json(app.request(Method::POST, "/v1/tasks/t1/resume", None).await).await;
+    assert_eq!(status, 200, "{resumed}");
+    assert_eq!(resumed["paused"], false);
+    assert_eq!(resumed["paused_reason"], serde_json::Value::Null);
+    let next: chrono::DateTime<chrono::Utc> = resumed["next_fire_at"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("next_fire_at");
+    let now = kairos::store::now(&pool).await.expect("now");
+    assert!(next > now, "resume recomputes from now: {next} vs {now}");
+}
+
+#[sqlx::test]
+async fn delete_removes_the_task_and_cancels_pending_work(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put("/v1/tasks/t1", cron_task("a", "* * * * * *")).await;
+    // Make one window due now and materialise it.
+    sqlx::query("update tasks set next_fire_at = date_trunc('second', now())")
+        .execute(&pool)
+        .await
+        .expect("update");
+    let trigger = kairos::services::trigger_loop::TriggerLoop::new(
+        pool.clone(),
+        kairos::services::trigger_loop::TriggerLoopConfig::new("n1"),
+        Default::default(),
+    );
+    let report = trigger.run_once().await.expect("pass");
+    assert_eq!(report.num_created, 1);
+
+    let resp = app.request(Method::DELETE, "/v1/tasks/t1", None).await;
+    assert_eq!(resp.status().as_u16(), 204);
+    assert_eq!(app.get("/v1/tasks/t1").await.status().as_u16(), 404);
+    assert_eq!(
+        app.request(Method::DELETE, "/v1/tasks/t1", None)
+            .await
+            .status()
+            .as_u16(),
+        404
+    );
+    let rows = common::windows(&pool, "t1").await;
+    assert_eq!(rows.len(), 1, "history is kept");
+    assert_eq!(rows[0].1, "CANCELLED");
+    let (_, list) = json(app.get("/v1/instances?task_id=t1").await).await;
+    let id = list["items"][0]["id"].as_str().expect("id").to_owned();
+    let (_, detail) = json(app.get(&format!("/v1/instances/{id}")).await).await;
+    let events = detail["events"].as_array().expect("events");
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[1]["from"], "PENDING");
+    assert_eq!(events[1]["to"], "CANCELLED");
+    assert_eq!(events[1]["reason"], "task deleted");
+}
+
+#[sqlx::test]
+async fn dependency_triggers_need_an_existing_upstream_and_no_cycle(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let after = |task: &str| json!({"agent_id": "a", "trigger": {"type": "after", "task": task, "on": "success"}});
+    let (status, problem) = json(app.put("/v1/tasks/b", after("a")).await).await;
+    assert_eq!(status, 422);
+    assert_eq!(problem["errors"][0]["field"], "trigger.task");
+
+    app.put("/v1/tasks/a", cron_task("x", "0 * * * *")).await;
+    assert_eq!(
+        app.put("/v1/tasks/b", after("a")).await.status().as_u16(),
+        201
+    );
+    assert_eq!(
+        app.put("/v1/tasks/c", after("b")).await.status().as_u16(),
+        201
+    );
+    let (status, problem) = json(app.put("/v1/tasks/a", after("c")).await).await;
+    assert_eq!(status, 422, "{problem}");
+    assert!(
+        problem["errors"][0]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("cycle")
+    );
+    let (status, task) = json(app.get("/v1/tasks/b").await).await;
+    assert_eq!(status, 200);
+    assert_eq!(task["next_fire_at"], serde_json::Value::Null);
+}
+
+#[sqlx::test]
+async fn task_preview_lists_upcoming_windows(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    app.put(
+        "/v1/tasks/t1",
+        json!({"agent_id": "a", "trigger": {"type": "cron", "expr": "0 30 8 * * *", "timezone": "Asia/Shanghai"}}),
+    )
+    .await;
+    let (status, body) = json(
+        app.get("/v1/tasks/t1/preview?count=3&from=2026-11-29T00:00:00Z")
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["windows"],
+        json!([
+            {"scheduled_at": "2026-11-29T00:30:00Z", "window_key": "2026-11-29T00:30:00Z"},
+            {"scheduled_at": "2026-11-30T00:30:00Z", "window_key": "2026-11-30T00:30:00Z"},
+            {"scheduled_at": "2026-12-01T00:30:00Z", "window_key": "2026-12-01T00:30:00Z"},
+        ])
+    );
+    app.put(
+        "/v1/tasks/iv",
+        json!({"agent_id": "a", "trigger": {"type": "interval", "every_seconds": 900, "start_at": "2026-11-29T00:05:00Z"}}),
+    )
+    .await;
+    let (_, body) = json(
+        app.get("/v1/tasks/iv/preview?count=2&from=2026-11-29T01:00:00Z")
+            .await,
+    )
+    .await;
+    assert_eq!(body["windows"][0]["window_key"], "2026-11-29T01:05:00Z");
+    assert_eq!(body["windows"][1]["window_key"], "2026-11-29T01:20:00Z");
+}
+
+#[sqlx::test]
+async fn cron_preview_follows_new_york_dst_rules(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let fire = |expr: &str, from: &str| {
+        let url = format!(
+            "/v1/cron/preview?expr={}&timezone=America/New_York&count=3&from={from}",
+            expr.replace(' ', "%20")
+        );
+        let app = &app;
+        async move {
+            let (status, body) = json(app.get(&url).await).await;
+            assert_eq!(status, 200, "{body}");
+            body["fire_times"].clone()
+        }
+    };
+    // Spring forward: 02:30 does not exist on 2026-03-08; a fixed-time job fires once at 03:00 EDT.
+    assert_eq!(
+        fire("30 2 * * *", "2026-03-07T12:00:00Z").await,
+        json!([
+            "2026-03-08T07:00:00Z",
+            "2026-03-09T06:30:00Z",
+            "2026-03-10T06:30:00Z"
+        ])
+    );
+    // Fall back: 01:30 happens twice on 2026-11-01; a fixed-time job fires on the first only.
+    assert_eq!(
+        fire("30 1 * * *", "2026-10-31T12:00:00Z").await,
+        json!([
+            "2026-11-01T05:30:00Z",
+            "2026-11-02T06:30:00Z",
+            "2026-11-03T06:30:00Z"
+        ])
+    );
+    let (status, problem) = json(
+        app.get("/v1/cron/preview?expr=0%200%200%20*%20*%20*%202027")
+            .await,
+    )
+    .await;
+    assert_eq!(status, 422);
+    assert_eq!(problem["errors"][0]["field"], "expr");
+}

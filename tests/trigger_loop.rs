@@ -1,0 +1,357 @@
+//! The trigger loop against a real PostgreSQL: exactly one row per window however many
+//! replicas run, catch-up after downtime, overlap skips, pause, and NOTIFY wake-ups.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use common::{TestApp, cron_task, eventually, json, windows};
+use kairos::services::Heartbeats;
+use kairos::services::trigger_loop::{TriggerLoop, TriggerLoopConfig};
+use serde_json::json;
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use tokio_util::sync::CancellationToken;
+
+fn loop_config(node: &str) -> TriggerLoopConfig {
+    let mut cfg = TriggerLoopConfig::new(node);
+    cfg.max_sleep = Duration::from_millis(500);
+    cfg
+}
+
+fn parse(key: &str) -> DateTime<Utc> {
+    key.parse().expect("window key is RFC 3339")
+}
+
+/// Keys must be consecutive seconds with no gap and no repeat.
+fn assert_every_second_once(keys: &[String]) {
+    let unique: HashSet<&String> = keys.iter().collect();
+    assert_eq!(unique.len(), keys.len(), "duplicate windows: {keys:?}");
+    for pair in keys.windows(2) {
+        let gap = parse(&pair[1]) - parse(&pair[0]);
+        assert_eq!(
+            gap.num_seconds(),
+            1,
+            "gap between {} and {}",
+            pair[0],
+            pair[1]
+        );
+    }
+}
+
+#[sqlx::test]
+async fn three_replicas_materialise_every_second_exactly_once(
+    pool_opts: PgPoolOptions,
+    conn_opts: PgConnectOptions,
+) {
+    // Three replicas, each with its own pool, as three processes would have.
+    let mut pools = Vec::new();
+    for _ in 0..3 {
+        pools.push(
+            pool_opts
+                .clone()
+                .max_connections(4)
+                .connect_with(conn_opts.clone())
+                .await
+                .expect("pool"),
+        );
+    }
+    let api = TestApp::spawn(pools[0].clone()).await;
+    let (status, _) = json(
+        api.put("/v1/tasks/every_second", cron_task("a", "* * * * * *"))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 201);
+
+    let stop = CancellationToken::new();
+    let mut handles = Vec::new();
+    for (i, pool) in pools.iter().enumerate() {
+        let lp = TriggerLoop::new(
+            pool.clone(),
+            loop_config(&format!("node-{i}")),
+            Heartbeats::default(),
+        );
+        handles.push(tokio::spawn(lp.run(stop.child_token())));
+    }
+    let pool = pools[0].clone();
+    let rows = eventually(Duration::from_secs(20), "six windows", || {
+        let pool = pool.clone();
+        async move {
+            let rows = windows(&pool, "every_second").await;
+            (rows.len() >= 6).then_some(rows)
+        }
+    })
+    .await;
+    stop.cancel();
+    for h in handles {
+        h.await.expect("loop stopped");
+    }
+    let rows_after = windows(&pool, "every_second").await;
+    assert!(rows_after.len() >= rows.len());
+    let keys: Vec<String> = rows_after.iter().map(|r| r.0.clone()).collect();
+    assert_every_second_once(&keys);
+    // Concurrency 1 with overlap skip and no agent: the first window waits, the rest are skipped
+    // naming it.
+    assert_eq!(rows_after[0].1, "PENDING");
+    for r in &rows_after[1..] {
+        assert_eq!(r.1, "SKIPPED");
+        assert_eq!(
+            r.3.as_deref(),
+            Some(format!("overlap: window {} still unfinished", rows_after[0].0).as_str())
+        );
+    }
+    // Which replicas did the work is visible in the events.
+    let actors: Vec<String> = sqlx::query_scalar(
+        "select distinct actor from instance_events e join task_instance i on i.id = e.instance_id \
+         where i.task_id = 'every_second'",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("actors");
+    assert!(
+        actors.iter().all(|a| a.starts_with("trigger:node-")),
+        "{actors:?}"
+    );
+}
+
+#[sqlx::test]
+async fn concurrent_passes_on_one_due_task_insert_each_window_once(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put("/v1/tasks/t1", json!({"agent_id": "a", "trigger": {"type": "interval", "every_seconds": 1}, "execution": {"overlap": "queue", "misfire_grace_seconds": 3600}}))
+        .await;
+    // Pretend the daemon was down for 30 s, with a long grace: every missed window should run.
+    sqlx::query(
+        "update tasks set next_fire_at = date_trunc('second', now()) - interval '30 seconds'",
+    )
+    .execute(&pool)
+    .await
+    .expect("rewind");
+    let mut passes = Vec::new();
+    for i in 0..4 {
+        let lp = TriggerLoop::new(
+            pool.clone(),
+            TriggerLoopConfig::new(format!("n{i}")),
+            Heartbeats::default(),
+        );
+        passes.push(tokio::spawn(async move { lp.run_once().await }));
+    }
+    let mut created = 0;
+    for p in passes {
+        created += p.await.expect("joined").expect("pass").num_created;
+    }
+    let rows = windows(&pool, "t1").await;
+    assert_eq!(
+        created,
+        rows.len(),
+        "each window created by exactly one pass"
+    );
+    assert!(rows.len() >= 31);
+    let keys: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
+    assert_every_second_once(&keys);
+    assert!(rows.iter().all(|r| r.1 == "PENDING"));
+}
+
+#[sqlx::test]
+async fn restart_after_downtime_records_missed_windows_as_skipped(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let (status, body) = json(
+        app.put(
+            "/v1/tasks/per_second",
+            json!({"agent_id": "a", "trigger": {"type": "cron", "expr": "* * * * * *"},
+                   "execution": {"overlap": "queue", "misfire_grace_seconds": 1}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+
+    // First life of the daemon.
+    let stop = CancellationToken::new();
+    let lp = TriggerLoop::new(pool.clone(), loop_config("first"), Heartbeats::default());
+    let h = tokio::spawn(lp.run(stop.child_token()));
+    eventually(Duration::from_secs(10), "two windows", || {
+        let pool = pool.clone();
+        async move { (windows(&pool, "per_second").await.len() >= 2).then_some(()) }
+    })
+    .await;
+    stop.cancel();
+    h.await.expect("stopped");
+    let before = windows(&pool, "per_second").await.len();
+
+    // Down for four seconds.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    // Second life: one pass records the gap.
+    let lp = TriggerLoop::new(pool.clone(), loop_config("second"), Heartbeats::default());
+    let report = lp.run_once().await.expect("pass");
+    assert!(report.num_skipped >= 2, "{report:?}");
+    let rows = windows(&pool, "per_second").await;
+    let keys: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
+    assert_every_second_once(&keys);
+    let missed: Vec<_> = rows[before..].iter().filter(|r| r.1 == "SKIPPED").collect();
+    assert_eq!(missed.len(), report.num_skipped);
+    for r in &missed {
+        assert_eq!(r.2, "catchup");
+        assert_eq!(r.3.as_deref(), Some("missed"));
+    }
+    // The windows still inside the grace run normally.
+    assert!(
+        rows[before..]
+            .iter()
+            .any(|r| r.1 == "PENDING" && r.2 == "schedule")
+    );
+    // A second pass right away changes nothing.
+    let again = lp.run_once().await.expect("pass");
+    assert_eq!(again.num_conflicts, 0);
+    assert_eq!(
+        windows(&pool, "per_second").await.len(),
+        rows.len() + again.num_created + again.num_skipped
+    );
+}
+
+#[sqlx::test]
+async fn a_paused_task_gets_no_windows(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put("/v1/tasks/t1", json!({"agent_id": "a", "trigger": {"type": "interval", "every_seconds": 1}, "paused": true}))
+        .await;
+    sqlx::query("update tasks set next_fire_at = now() - interval '5 seconds'")
+        .execute(&pool)
+        .await
+        .expect("rewind");
+    let lp = TriggerLoop::new(
+        pool.clone(),
+        TriggerLoopConfig::new("n"),
+        Heartbeats::default(),
+    );
+    assert_eq!(lp.run_once().await.expect("pass").num_tasks, 0);
+    assert!(windows(&pool, "t1").await.is_empty());
+}
+
+#[sqlx::test]
+async fn a_new_task_wakes_a_sleeping_loop(pool: PgPool) {
+    // The loop may sleep 60 s when nothing is due; only NOTIFY can wake it in time.
+    let mut cfg = TriggerLoopConfig::new("sleeper");
+    cfg.max_sleep = Duration::from_secs(60);
+    let app = TestApp::spawn_with(pool.clone(), Some(cfg)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    app.put(
+        "/v1/tasks/t1",
+        json!({"agent_id": "a", "trigger": {"type": "interval", "every_seconds": 1}}),
+    )
+    .await;
+    eventually(Duration::from_secs(5), "a window of the new task", || {
+        let pool = pool.clone();
+        async move { (!windows(&pool, "t1").await.is_empty()).then_some(()) }
+    })
+    .await;
+    app.shutdown().await;
+}
+
+#[sqlx::test]
+async fn a_once_task_fires_once_and_then_has_no_next_window(pool: PgPool) {
+    let app = TestApp::spawn_with_trigger(pool.clone(), "n1").await;
+    let now = kairos::store::now(&pool).await.expect("now");
+    let at = kairos::domain::schedule::window_key(now + chrono::Duration::seconds(1));
+    let (status, body) = json(
+        app.put(
+            "/v1/tasks/once",
+            json!({"agent_id": "a", "trigger": {"type": "once", "at": at}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    eventually(Duration::from_secs(10), "the once window", || {
+        let pool = pool.clone();
+        async move { (windows(&pool, "once").await.len() == 1).then_some(()) }
+    })
+    .await;
+    let rows = windows(&pool, "once").await;
+    assert_eq!(rows[0].0, at);
+    let (_, task) = json(app.get("/v1/tasks/once").await).await;
+    assert_eq!(task["next_fire_at"], serde_json::Value::Null);
+    app.shutdown().await;
+}
+
+#[sqlx::test]
+async fn instances_can_be_queried_by_status_and_paged(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put(
+        "/v1/tasks/t1",
+        json!({"agent_id": "a", "trigger": {"type": "interval", "every_seconds": 1}}),
+    )
+    .await;
+    sqlx::query(
+        "update tasks set next_fire_at = date_trunc('second', now()) - interval '9 seconds'",
+    )
+    .execute(&pool)
+    .await
+    .expect("rewind");
+    let lp = TriggerLoop::new(
+        pool.clone(),
+        TriggerLoopConfig::new("n"),
+        Heartbeats::default(),
+    );
+    let report = lp.run_once().await.expect("pass");
+    let total = report.num_created + report.num_skipped;
+    assert!(total >= 10);
+
+    let (_, pending) = json(app.get("/v1/instances?task_id=t1&status=PENDING").await).await;
+    assert_eq!(pending["items"].as_array().map(Vec::len), Some(1));
+    let first = &pending["items"][0];
+    assert_eq!(first["attempt"], 1);
+    assert_eq!(first["max_attempts"], 4);
+    assert_eq!(
+        first["idempotency_key"],
+        format!("t1:{}", first["window_key"].as_str().unwrap_or(""))
+    );
+
+    let mut seen = Vec::new();
+    let mut path = "/v1/instances?task_id=t1&limit=4".to_owned();
+    loop {
+        let (status, page) = json(app.get(&path).await).await;
+        assert_eq!(status, 200, "{page}");
+        for i in page["items"].as_array().expect("items") {
+            seen.push(i["window_key"].as_str().unwrap_or("").to_owned());
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => path = format!("/v1/instances?task_id=t1&limit=4&cursor={c}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), total);
+    let mut sorted = seen.clone();
+    sorted.sort();
+    sorted.reverse();
+    assert_eq!(seen, sorted, "newest first");
+
+    let key = seen[0].clone();
+    let (_, one) = json(app.get(&format!("/v1/instances?window_key={key}")).await).await;
+    assert_eq!(one["items"].as_array().map(Vec::len), Some(1));
+    let id = one["items"][0]["id"].as_str().expect("id").to_owned();
+    let (status, detail) = json(app.get(&format!("/v1/instances/{id}")).await).await;
+    assert_eq!(status, 200);
+    assert_eq!(detail["events"][0]["from"], serde_json::Value::Null);
+    assert_eq!(detail["events"][0]["actor"], "trigger:n");
+}
+
+#[sqlx::test]
+async fn health_and_readiness_report_the_loops(pool: PgPool) {
+    let app = TestApp::spawn_with_trigger(pool, "n1").await;
+    let (status, _) = json(app.get("/healthz").await).await;
+    assert_eq!(status, 200);
+    let ready = eventually(Duration::from_secs(10), "ready", || {
+        let app = &app;
+        async move {
+            let (status, body) = json(app.get("/readyz").await).await;
+            (status == 200).then_some(body)
+        }
+    })
+    .await;
+    assert_eq!(ready["database"], "ok");
+    assert_eq!(ready["loops"]["trigger"], "ok");
+    app.shutdown().await;
+}
