@@ -3,5 +3,6 @@
 
 pub mod instance;
 pub mod policy;
+pub mod retry;
 pub mod schedule;
 pub mod task;
