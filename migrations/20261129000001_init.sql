@@ -57,6 +57,8 @@ create table task_instance (
     lease_expires_at       timestamptz,
     worker_id              text,
     started_at             timestamptz,
+    -- started_at + the task's timeout_seconds: past it the reaper fails the attempt (timeout).
+    deadline_at            timestamptz,
     finished_at            timestamptz,
     -- A manual trigger's context, merged over the task's at claim time; null for scheduled windows.
     context_override       jsonb,
@@ -87,7 +89,10 @@ create index task_instance_claim_idx on task_instance (agent_id, available_at, s
 create index task_instance_retry_idx on task_instance (available_at) where status = 'FAILED';
 -- Timeout reaper: running instances by lease expiry and by start.
 create index task_instance_lease_idx on task_instance (lease_expires_at) where status = 'RUNNING';
-create index task_instance_started_idx on task_instance (started_at) where status = 'RUNNING';
+create index task_instance_deadline_idx on task_instance (deadline_at) where status = 'RUNNING';
+-- Claims within one task: its pending windows in claim order.
+create index task_instance_task_pending_idx on task_instance (task_id, available_at, scheduled_at)
+    where status = 'PENDING';
 -- Overlap checks: a task's unfinished instances.
 create index task_instance_unfinished_idx on task_instance (task_id, scheduled_at)
     where status in ('PENDING', 'RUNNING', 'FAILED');

@@ -12,9 +12,12 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::http::{self, AppState};
+use crate::http::{self, AppState, ClaimSettings};
 use crate::services::Heartbeats;
+use crate::services::retry_scanner::{RetryScanner, RetryScannerConfig};
+use crate::services::timeout_reaper::{TimeoutReaper, TimeoutReaperConfig};
 use crate::services::trigger_loop::{TriggerLoop, TriggerLoopConfig};
+use crate::services::work_signal::WorkSignal;
 use crate::store;
 
 /// What to run in one process.
@@ -22,8 +25,11 @@ use crate::store;
 pub struct Options {
     pub node_id: String,
     pub max_body_bytes: usize,
-    /// `None` runs the API only (tests that drive loops by hand).
+    /// `None` leaves a loop out (tests that drive loops by hand).
     pub trigger: Option<TriggerLoopConfig>,
+    pub retry_scanner: Option<RetryScannerConfig>,
+    pub reaper: Option<TimeoutReaperConfig>,
+    pub claims: ClaimSettings,
     pub shutdown_grace: Duration,
 }
 
@@ -37,7 +43,35 @@ impl Options {
                 batch_size: cfg.trigger_batch_size,
                 max_sleep: Duration::from_millis(cfg.trigger_max_sleep_ms),
             }),
+            retry_scanner: Some(RetryScannerConfig {
+                node_id: cfg.node_id.clone(),
+                interval: Duration::from_millis(cfg.retry_scan_interval_ms),
+                batch_size: cfg.retry_batch_size,
+            }),
+            reaper: Some(TimeoutReaperConfig {
+                node_id: cfg.node_id.clone(),
+                interval: Duration::from_millis(cfg.reaper_interval_ms),
+                batch_size: cfg.reaper_batch_size,
+            }),
+            claims: ClaimSettings {
+                default_lease_seconds: cfg.default_lease_seconds,
+                max_lease_seconds: cfg.max_lease_seconds,
+                max_wait_seconds: cfg.claim_max_wait_seconds,
+            },
             shutdown_grace: Duration::from_secs(cfg.shutdown_grace_seconds),
+        }
+    }
+
+    /// The API only, every loop left out, default limits (tests).
+    pub fn api_only(node_id: impl Into<String>) -> Self {
+        Self {
+            node_id: node_id.into(),
+            max_body_bytes: 256 * 1024,
+            trigger: None,
+            retry_scanner: None,
+            reaper: None,
+            claims: ClaimSettings::default(),
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }
@@ -47,7 +81,9 @@ pub struct Running {
     pub addr: SocketAddr,
     loops: CancellationToken,
     http: CancellationToken,
+    signal: CancellationToken,
     loop_tasks: JoinSet<()>,
+    signal_task: tokio::task::JoinHandle<()>,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     shutdown_grace: Duration,
 }
@@ -66,11 +102,26 @@ pub fn start(pool: PgPool, listener: TcpListener, opts: Options) -> anyhow::Resu
         let trigger = TriggerLoop::new(pool.clone(), cfg, heartbeats.clone());
         loop_tasks.spawn(trigger.run(loops.child_token()));
     }
+    if let Some(cfg) = opts.retry_scanner.clone() {
+        let scanner = RetryScanner::new(pool.clone(), cfg, heartbeats.clone());
+        loop_tasks.spawn(scanner.run(loops.child_token()));
+    }
+    if let Some(cfg) = opts.reaper.clone() {
+        let reaper = TimeoutReaper::new(pool.clone(), cfg, heartbeats.clone());
+        loop_tasks.spawn(reaper.run(loops.child_token()));
+    }
+    let work_signal = WorkSignal::new();
+    let signal = CancellationToken::new();
+    let signal_task = tokio::spawn(work_signal.clone().run(pool.clone(), signal.clone()));
 
     let state = AppState {
         pool,
         heartbeats,
         node_id: opts.node_id.clone(),
+        claims: opts.claims.clone(),
+        work_signal,
+        // Long polls end when the loops stop: no new claims once shutdown begins.
+        shutdown: loops.clone(),
     };
     let app = http::router(state, opts.max_body_bytes);
     let stop = http_stop.clone();
@@ -83,15 +134,18 @@ pub fn start(pool: PgPool, listener: TcpListener, opts: Options) -> anyhow::Resu
         addr,
         loops,
         http: http_stop,
+        signal,
         loop_tasks,
+        signal_task,
         server,
         shutdown_grace: opts.shutdown_grace,
     })
 }
 
 impl Running {
-    /// Stop in order: loops first (no new windows or claims), then the HTTP server, which lets
-    /// in-flight requests finish for up to the grace period.
+    /// Stop in order: loops first (no new windows, retries or reaps; waiting long polls return
+    /// with what they have), then the HTTP server, which lets in-flight requests finish for up
+    /// to the grace period, then the work signal.
     pub async fn shutdown(mut self) {
         self.loops.cancel();
         while self.loop_tasks.join_next().await.is_some() {}
@@ -108,12 +162,15 @@ impl Running {
                 self.server.abort();
             }
         }
+        self.signal.cancel();
+        let _ = (&mut self.signal_task).await;
     }
 
     /// Abort everything at once, as a crash would (tests).
     pub fn abort(mut self) {
         self.loop_tasks.abort_all();
         self.server.abort();
+        self.signal_task.abort();
     }
 }
 

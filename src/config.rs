@@ -40,6 +40,13 @@ pub struct Config {
     pub max_body_bytes: usize,
     pub trigger_batch_size: i64,
     pub trigger_max_sleep_ms: u64,
+    pub retry_scan_interval_ms: u64,
+    pub retry_batch_size: i64,
+    pub reaper_interval_ms: u64,
+    pub reaper_batch_size: i64,
+    pub default_lease_seconds: i64,
+    pub max_lease_seconds: i64,
+    pub claim_max_wait_seconds: i64,
     pub shutdown_grace_seconds: u64,
 }
 
@@ -55,6 +62,13 @@ impl Default for Config {
             max_body_bytes: 256 * 1024,
             trigger_batch_size: 500,
             trigger_max_sleep_ms: 10_000,
+            retry_scan_interval_ms: 1000,
+            retry_batch_size: 100,
+            reaper_interval_ms: 1000,
+            reaper_batch_size: 500,
+            default_lease_seconds: 60,
+            max_lease_seconds: 3600,
+            claim_max_wait_seconds: 30,
             shutdown_grace_seconds: 10,
         }
     }
@@ -201,6 +215,34 @@ impl Config {
         if !(10..=600_000).contains(&self.trigger_max_sleep_ms) {
             return Err(invalid("trigger_max_sleep_ms", "must be from 10 to 600000"));
         }
+        for (key, v) in [
+            ("retry_scan_interval_ms", self.retry_scan_interval_ms),
+            ("reaper_interval_ms", self.reaper_interval_ms),
+        ] {
+            if !(10..=600_000).contains(&v) {
+                return Err(invalid(key, "must be from 10 to 600000"));
+            }
+        }
+        for (key, v) in [
+            ("retry_batch_size", self.retry_batch_size),
+            ("reaper_batch_size", self.reaper_batch_size),
+        ] {
+            if !(1..=10_000).contains(&v) {
+                return Err(invalid(key, "must be from 1 to 10000"));
+            }
+        }
+        if !(1..=86_400).contains(&self.max_lease_seconds) {
+            return Err(invalid("max_lease_seconds", "must be from 1 to 86400"));
+        }
+        if !(1..=self.max_lease_seconds).contains(&self.default_lease_seconds) {
+            return Err(invalid(
+                "default_lease_seconds",
+                "must be from 1 to max_lease_seconds",
+            ));
+        }
+        if !(0..=300).contains(&self.claim_max_wait_seconds) {
+            return Err(invalid("claim_max_wait_seconds", "must be from 0 to 300"));
+        }
         if !(1..=3600).contains(&self.shutdown_grace_seconds) {
             return Err(invalid("shutdown_grace_seconds", "must be from 1 to 3600"));
         }
@@ -254,6 +296,14 @@ mod tests {
         assert_eq!(cfg.trigger_max_sleep_ms, d.trigger_max_sleep_ms);
         assert_eq!(cfg.max_body_bytes, d.max_body_bytes);
         assert_eq!(cfg.database_max_connections, d.database_max_connections);
+        assert_eq!(cfg.retry_scan_interval_ms, d.retry_scan_interval_ms);
+        assert_eq!(cfg.retry_batch_size, d.retry_batch_size);
+        assert_eq!(cfg.reaper_interval_ms, d.reaper_interval_ms);
+        assert_eq!(cfg.reaper_batch_size, d.reaper_batch_size);
+        assert_eq!(cfg.default_lease_seconds, d.default_lease_seconds);
+        assert_eq!(cfg.max_lease_seconds, d.max_lease_seconds);
+        assert_eq!(cfg.claim_max_wait_seconds, d.claim_max_wait_seconds);
+        assert_eq!(cfg.shutdown_grace_seconds, d.shutdown_grace_seconds);
     }
 
     #[test]

@@ -15,7 +15,11 @@ pub fn backoff(policy: &RetryBackoff, attempt: i32, unit: f64) -> Duration {
     let base = policy.base_seconds.max(0) as f64;
     let cap = policy.max_seconds.max(0) as f64;
     let delay = (base * 2f64.powi(exp as i32)).min(cap);
-    let unit = if unit.is_finite() { unit.clamp(0.0, 1.0) } else { 0.5 };
+    let unit = if unit.is_finite() {
+        unit.clamp(0.0, 1.0)
+    } else {
+        0.5
+    };
     let jitter = policy.jitter.clamp(0.0, 1.0) * delay * (2.0 * unit - 1.0);
     Duration::from_secs_f64((delay + jitter).max(0.0))
 }

@@ -95,6 +95,34 @@ impl From<store::Error> for ApiError {
                 "If-Match does not match the current version {current}"
             )),
             store::Error::Invalid(fe) => ApiError::Invalid(vec![fe]),
+            store::Error::Fenced {
+                instance_id,
+                task_id,
+                window_key,
+                attempt,
+                status,
+            } => {
+                metrics::counter!("kairos_fence_rejections_total").increment(1);
+                tracing::warn!(
+                    %instance_id,
+                    %task_id,
+                    %window_key,
+                    attempt,
+                    status = %status,
+                    reason = "lease token does not match a running lease",
+                    "fence rejection"
+                );
+                ApiError::Conflict(format!(
+                    "stale lease: instance {instance_id} (task {task_id}, window {window_key}) is {status} at attempt {attempt}; \
+                     this lease token no longer holds it"
+                ))
+            }
+            store::Error::Illegal {
+                instance_id,
+                status,
+            } => ApiError::Conflict(format!(
+                "instance {instance_id} is {status}; that transition is not allowed from {status}"
+            )),
             store::Error::Db(
                 ref db @ (sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed),
             ) => ApiError::Unavailable(db.to_string()),

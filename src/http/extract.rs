@@ -140,3 +140,77 @@ pub fn decode_cursor(cursor: &str) -> Result<String, ApiError> {
         .map_err(|_| bad())?;
     String::from_utf8(bytes).map_err(|_| bad())
 }
+
+/// A JSON object body with only `known` fields; an empty body counts as `{}`.
+pub fn body_object(v: Value, known: &[&str]) -> Result<serde_json::Map<String, Value>, ApiError> {
+    let map = match v {
+        Value::Null => serde_json::Map::new(),
+        Value::Object(m) => m,
+        _ => return Err(ApiError::invalid("", "the body must be a JSON object")),
+    };
+    let unknown: Vec<FieldError> = map
+        .keys()
+        .filter(|k| !known.contains(&k.as_str()))
+        .map(|k| FieldError::new(k.clone(), "unknown field"))
+        .collect();
+    if unknown.is_empty() {
+        Ok(map)
+    } else {
+        Err(ApiError::Invalid(unknown))
+    }
+}
+
+/// A required or optional string field of at most `max` bytes.
+pub fn string_field(
+    m: &serde_json::Map<String, Value>,
+    key: &str,
+    required: bool,
+    max: usize,
+) -> Result<Option<String>, ApiError> {
+    match m.get(key) {
+        None | Some(Value::Null) if required => Err(ApiError::invalid(key, "is required")),
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.len() <= max => Ok(Some(s.clone())),
+        Some(_) => Err(ApiError::invalid(
+            key,
+            format!("must be a string of at most {max} bytes"),
+        )),
+    }
+}
+
+/// An optional integer field in `[min, max]`.
+pub fn int_field(
+    m: &serde_json::Map<String, Value>,
+    key: &str,
+    default: i64,
+    min: i64,
+    max: i64,
+) -> Result<i64, ApiError> {
+    match m.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::Number(n)) => match n.as_i64() {
+            Some(v) if (min..=max).contains(&v) => Ok(v),
+            _ => Err(ApiError::invalid(
+                key,
+                format!("must be an integer from {min} to {max}"),
+            )),
+        },
+        Some(_) => Err(ApiError::invalid(
+            key,
+            format!("must be an integer from {min} to {max}"),
+        )),
+    }
+}
+
+/// A required lease token (UUID).
+pub fn lease_token_field(m: &serde_json::Map<String, Value>) -> Result<uuid::Uuid, ApiError> {
+    match m.get("lease_token") {
+        Some(Value::String(s)) => uuid::Uuid::parse_str(s)
+            .map_err(|_| ApiError::invalid("lease_token", "must be the UUID a claim returned")),
+        None | Some(Value::Null) => Err(ApiError::invalid("lease_token", "is required")),
+        Some(_) => Err(ApiError::invalid(
+            "lease_token",
+            "must be the UUID a claim returned",
+        )),
+    }
+}

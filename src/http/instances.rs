@@ -2,23 +2,35 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::routing::get;
+use axum::routing::{get, post};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::error::ApiError;
-use super::extract::{QueryParams, decode_cursor, encode_cursor, page_limit};
+use super::extract::{
+    JsonBody, QueryParams, body_object, decode_cursor, encode_cursor, int_field, lease_token_field,
+    page_limit, string_field,
+};
 use super::{AppState, RouteTable};
 use crate::domain::instance::{Instance, InstanceStatus};
 use crate::store::{self, events, instances as store_instances};
 
+/// Largest serialized `result` an agent may report (CONTRACT §3).
+pub const MAX_RESULT_BYTES: usize = 64 * 1024;
+/// Longest operator reason kept.
+const MAX_REASON_LEN: usize = 1024;
+/// Longest `error` accepted in a fail body before it is cut (it is stored cut to 4 KiB).
+const MAX_ERROR_INPUT: usize = 64 * 1024;
+
 pub fn routes(t: RouteTable) -> RouteTable {
-    t.add("get", "/v1/instances", get(list_instances)).add(
-        "get",
-        "/v1/instances/{id}",
-        get(get_instance),
-    )
+    t.add("get", "/v1/instances", get(list_instances))
+        .add("get", "/v1/instances/{id}", get(get_instance))
+        .add("post", "/v1/instances/{id}/heartbeat", post(heartbeat))
+        .add("post", "/v1/instances/{id}/complete", post(complete))
+        .add("post", "/v1/instances/{id}/fail", post(fail))
+        .add("post", "/v1/instances/{id}/retry", post(retry))
+        .add("post", "/v1/instances/{id}/cancel", post(cancel))
 }
 
 pub fn instance_json(i: &Instance) -> Value {
@@ -111,4 +123,114 @@ async fn list_instances(
         "items": items.iter().map(instance_json).collect::<Vec<_>>(),
         "next_cursor": next_cursor,
     })))
+}
+
+async fn heartbeat(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_instance_id(&id)?;
+    let m = body_object(body, &["lease_token", "lease_seconds"])?;
+    let token = lease_token_field(&m)?;
+    let lease = int_field(
+        &m,
+        "lease_seconds",
+        state.claims.default_lease_seconds,
+        1,
+        state.claims.max_lease_seconds,
+    )?;
+    let inst = store_instances::heartbeat(&state.pool, id, token, lease)
+        .await
+        .map_err(|e| not_found_instance(e, &id))?;
+    Ok(Json(instance_json(&inst)))
+}
+
+async fn complete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_instance_id(&id)?;
+    let m = body_object(body, &["lease_token", "result"])?;
+    let token = lease_token_field(&m)?;
+    let result = m.get("result").filter(|v| !v.is_null());
+    if let Some(r) = result {
+        let size = serde_json::to_vec(r).map(|v| v.len()).unwrap_or(usize::MAX);
+        if size > MAX_RESULT_BYTES {
+            return Err(ApiError::TooLarge(format!(
+                "result is {size} bytes serialized; at most {MAX_RESULT_BYTES} are kept. Store large outputs elsewhere and return a reference"
+            )));
+        }
+    }
+    let actor = format!("agent:{}", worker_of(&state, id).await);
+    let inst = store_instances::complete(&state.pool, id, token, result, &actor)
+        .await
+        .map_err(|e| not_found_instance(e, &id))?;
+    tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, "instance succeeded");
+    Ok(Json(instance_json(&inst)))
+}
+
+/// The worker holding an instance, for event actors (best effort).
+async fn worker_of(state: &AppState, id: Uuid) -> String {
+    store_instances::get_instance(&state.pool, id)
+        .await
+        .ok()
+        .and_then(|i| i.worker_id)
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+async fn fail(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_instance_id(&id)?;
+    let m = body_object(body, &["lease_token", "error", "retryable"])?;
+    let token = lease_token_field(&m)?;
+    let error = string_field(&m, "error", true, MAX_ERROR_INPUT)?.unwrap_or_default();
+    let retryable = match m.get("retryable") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(ApiError::invalid("retryable", "must be a boolean")),
+    };
+    let actor = format!("agent:{}", worker_of(&state, id).await);
+    let inst = store_instances::fail(&state.pool, id, token, &error, retryable, &actor)
+        .await
+        .map_err(|e| not_found_instance(e, &id))?;
+    tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, status = %inst.status, retryable, reason = %inst.error.as_deref().unwrap_or(""), "instance failed");
+    Ok(Json(instance_json(&inst)))
+}
+
+fn reason_of(body: Value, default: &str) -> Result<String, ApiError> {
+    let m = body_object(body, &["reason"])?;
+    Ok(string_field(&m, "reason", false, MAX_REASON_LEN)?.unwrap_or_else(|| default.to_owned()))
+}
+
+async fn retry(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_instance_id(&id)?;
+    let reason = reason_of(body, "retried by operator")?;
+    let inst = store_instances::operator_retry(&state.pool, id, "operator", &reason)
+        .await
+        .map_err(|e| not_found_instance(e, &id))?;
+    tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, reason = %reason, "instance retried by operator");
+    Ok(Json(instance_json(&inst)))
+}
+
+async fn cancel(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_instance_id(&id)?;
+    let reason = reason_of(body, "cancelled by operator")?;
+    let inst = store_instances::operator_cancel(&state.pool, id, "operator", &reason)
+        .await
+        .map_err(|e| not_found_instance(e, &id))?;
+    tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, reason = %reason, "instance cancelled by operator");
+    Ok(Json(instance_json(&inst)))
 }

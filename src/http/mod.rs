@@ -2,6 +2,7 @@
 //! list of served routes is known (and checked against `openapi.yaml` by a test). Handlers parse,
 //! call `store`, and render; no SQL and no product rules live here.
 
+pub mod claims;
 pub mod error;
 pub mod extract;
 pub mod health;
@@ -17,7 +18,30 @@ use sqlx::PgPool;
 use tower_http::trace::TraceLayer;
 
 use crate::services::Heartbeats;
+use crate::services::work_signal::WorkSignal;
 use error::ApiError;
+use tokio_util::sync::CancellationToken;
+
+/// Limits on leases and long polls.
+#[derive(Debug, Clone)]
+pub struct ClaimSettings {
+    /// Lease when a claim or heartbeat does not ask for one (`default_lease_seconds`).
+    pub default_lease_seconds: i64,
+    /// Longest lease a claim or heartbeat may ask for (`max_lease_seconds`).
+    pub max_lease_seconds: i64,
+    /// Longest `wait_seconds` of a long-poll claim (`claim_max_wait_seconds`).
+    pub max_wait_seconds: i64,
+}
+
+impl Default for ClaimSettings {
+    fn default() -> Self {
+        Self {
+            default_lease_seconds: 60,
+            max_lease_seconds: 3600,
+            max_wait_seconds: 30,
+        }
+    }
+}
 
 /// What handlers share.
 #[derive(Clone)]
@@ -25,6 +49,10 @@ pub struct AppState {
     pub pool: PgPool,
     pub heartbeats: Heartbeats,
     pub node_id: String,
+    pub claims: ClaimSettings,
+    pub work_signal: WorkSignal,
+    /// Cancelled at shutdown: long polls return at once with what they have.
+    pub shutdown: CancellationToken,
 }
 
 /// A router that remembers which (method, path) pairs it serves.
@@ -57,6 +85,7 @@ fn table() -> RouteTable {
     let t = RouteTable::new();
     let t = tasks::routes(t);
     let t = instances::routes(t);
+    let t = claims::routes(t);
     health::routes(t)
 }
 

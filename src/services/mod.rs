@@ -1,7 +1,10 @@
 //! Background loops, one file each. Every loop has a `…Config`, a `run(self, shutdown)` that
 //! survives database errors with backoff, and a public `run_once` that tests drive directly.
 
+pub mod retry_scanner;
+pub mod timeout_reaper;
 pub mod trigger_loop;
+pub mod work_signal;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -76,4 +79,55 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         cur = c.source();
     }
     out
+}
+
+/// The body every periodic scanner shares: run a pass, tick the heartbeat, sleep `interval`
+/// (or go again at once when the pass says its batch was full), back off on errors, stop on
+/// `shutdown`.
+pub async fn run_periodic<F, Fut>(
+    name: &'static str,
+    interval: Duration,
+    heartbeats: Heartbeats,
+    shutdown: tokio_util::sync::CancellationToken,
+    mut pass: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = crate::store::Result<bool>>,
+{
+    heartbeats.expect(name, interval);
+    tracing::info!(
+        loop_name = name,
+        interval_ms = interval.as_millis() as u64,
+        "loop started"
+    );
+    let mut errors: u32 = 0;
+    loop {
+        let result = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            r = pass() => r,
+        };
+        let wait = match result {
+            Ok(full) => {
+                errors = 0;
+                heartbeats.tick(name, interval);
+                if full { Duration::ZERO } else { interval }
+            }
+            Err(e) => {
+                errors = errors.saturating_add(1);
+                let wait = error_backoff(errors).max(interval);
+                tracing::error!(loop_name = name, error = %error_chain(&e), retry_in_ms = wait.as_millis() as u64, "loop pass failed");
+                wait
+            }
+        };
+        if wait.is_zero() {
+            continue;
+        }
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+    tracing::info!(loop_name = name, "loop stopped");
 }

@@ -18,7 +18,9 @@ use super::{Heartbeats, error_backoff, error_chain};
 use crate::domain::instance::InstanceStatus;
 use crate::domain::policy::{SkipReason, plan_due_windows};
 use crate::domain::schedule::window_key;
-use crate::store::instances::{NewInstance, cancel_windows, insert_windows, unfinished_windows};
+use crate::store::instances::{
+    NewInstance, cancel_windows, insert_windows, notify_work, unfinished_windows,
+};
 use crate::store::tasks::{
     CursorMove, advance_tasks, earliest_fire_at, lock_due_tasks, quarantine_task,
 };
@@ -191,6 +193,19 @@ impl TriggerLoop {
 
         let inserted = insert_windows(&mut tx, &rows, &actor).await?;
         advance_tasks(&mut tx, &moves).await?;
+        // Wake the long-polling claims of every agent that got claimable work.
+        let mut agents: Vec<&str> = inserted
+            .created
+            .iter()
+            .filter(|c| c.status == InstanceStatus::Pending.as_str())
+            .filter_map(|c| due.iter().find(|t| t.spec.id.as_str() == c.task_id))
+            .map(|t| t.spec.agent_id.as_str())
+            .collect();
+        agents.sort_unstable();
+        agents.dedup();
+        for agent in agents {
+            notify_work(&mut tx, agent).await?;
+        }
         tx.commit().await.map_err(map_db_error)?;
 
         for c in &inserted.created {

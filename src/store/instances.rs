@@ -12,8 +12,10 @@ use uuid::Uuid;
 
 use super::{Error, Result, map_db_error};
 use crate::domain::instance::{
-    Event, Instance, InstanceStatus, Source, idempotency_key, legal_sources,
+    Event, Instance, InstanceStatus, Source, idempotency_key, legal_sources, transition,
 };
+use crate::domain::retry::backoff;
+use crate::domain::task::RetryBackoff;
 
 /// A window to insert.
 #[derive(Debug, Clone)]
@@ -342,4 +344,595 @@ pub async fn list_instances(pool: &PgPool, f: &InstanceFilter) -> Result<Vec<Ins
         .await
         .map_err(map_db_error)?;
     rows.into_iter().map(Instance::try_from).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Claims and lease-fenced transitions.
+
+/// What an agent asks for in one claim.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    pub agent_id: String,
+    pub worker_id: String,
+    pub max_instances: i64,
+    pub lease_seconds: i64,
+}
+
+/// A claimed instance: the instance, its fresh lease token and the context to run with.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub instance: Instance,
+    pub lease_token: Uuid,
+    pub context: Value,
+}
+
+#[derive(sqlx::FromRow)]
+struct ClaimedRow {
+    #[sqlx(flatten)]
+    instance: InstanceRow,
+    lease_token: Uuid,
+    context: Json<Value>,
+}
+
+#[derive(sqlx::FromRow)]
+struct ClaimableTask {
+    id: String,
+    lim: i32,
+    timeout: i64,
+}
+
+/// Claim up to `max_instances` PENDING instances of `agent_id` whose `available_at` has come,
+/// of unpaused tasks, never exceeding a task's `concurrency_limit` RUNNING, oldest availability
+/// then window first. Each claimed instance gets a fresh lease token.
+///
+/// The candidate tasks are locked (`FOR UPDATE SKIP LOCKED`) for the length of the claim, which
+/// serialises claimers of one task: two of them cannot both see room under the limit.
+pub async fn claim(pool: &PgPool, req: &ClaimRequest, actor: &str) -> Result<Vec<Claimed>> {
+    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let scan = (req.max_instances * 8).clamp(32, 1000);
+    let tasks: Vec<ClaimableTask> = sqlx::query_as(
+        "select t.id, \
+             coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1) as lim, \
+             coalesce((t.spec->'execution'->>'timeout_seconds')::bigint, 600) as timeout \
+         from tasks t \
+         where not t.paused and t.id in ( \
+             select i.task_id from task_instance i \
+             where i.status = 'PENDING' and i.agent_id = $1 and i.available_at <= now() \
+               and exists (select 1 from tasks p where p.id = i.task_id and not p.paused) \
+             order by i.available_at, i.scheduled_at limit $2) \
+         order by t.id \
+         for update of t skip locked",
+    )
+    .bind(&req.agent_id)
+    .bind(scan)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(map_db_error)?;
+    if tasks.is_empty() {
+        tx.commit().await.map_err(map_db_error)?;
+        return Ok(Vec::new());
+    }
+    let ids: Vec<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
+    let lims: Vec<i32> = tasks.iter().map(|t| t.lim).collect();
+    let timeouts: Vec<i64> = tasks.iter().map(|t| t.timeout).collect();
+    let rows: Vec<ClaimedRow> = sqlx::query_as(
+        "with l as ( \
+             select * from unnest($2::text[], $3::int[], $4::bigint[]) as l(task_id, lim, timeout) \
+         ), running as ( \
+             select task_id, count(*)::int as n from task_instance \
+             where status = 'RUNNING' and task_id = any($2) group by task_id \
+         ), chosen as ( \
+             select c.id, l.timeout, c.available_at, c.scheduled_at from l \
+             left join running r on r.task_id = l.task_id \
+             cross join lateral ( \
+                 select i.id, i.available_at, i.scheduled_at from task_instance i \
+                 where i.task_id = l.task_id and i.status = 'PENDING' and i.agent_id = $1 \
+                   and i.available_at <= now() \
+                 order by i.available_at, i.scheduled_at, i.id \
+                 limit greatest(least(l.lim - coalesce(r.n, 0), $5), 0) \
+             ) c \
+             order by c.available_at, c.scheduled_at, c.id \
+             limit $5 \
+         ), upd as ( \
+             update task_instance i set status = 'RUNNING', lease_token = gen_random_uuid(), \
+                 lease_expires_at = now() + make_interval(secs => $6), \
+                 deadline_at = now() + make_interval(secs => chosen.timeout), \
+                 worker_id = $7, started_at = now(), updated_at = now() \
+             from chosen where i.id = chosen.id and i.status = 'PENDING' \
+             returning i.* \
+         ), ev as ( \
+             insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
+             select id, attempt, 'PENDING', 'RUNNING', $8, 'claimed by worker ' || worker_id from upd \
+         ) \
+         select upd.id, upd.task_id, upd.window_key, upd.scheduled_at, upd.status, upd.source, \
+             upd.attempt, upd.max_attempts, upd.available_at, upd.lease_expires_at, upd.worker_id, \
+             upd.started_at, upd.finished_at, upd.result, upd.error, upd.error_kind, \
+             upd.skip_reason, upd.upstream_instance_id, upd.upstream_result_digest, \
+             upd.created_at, upd.updated_at, upd.lease_token, \
+             coalesce(t.spec->'context', '{}'::jsonb) || coalesce(upd.context_override, '{}'::jsonb) \
+                 as context \
+         from upd join tasks t on t.id = upd.task_id \
+         order by upd.available_at, upd.scheduled_at, upd.id",
+    )
+    .bind(&req.agent_id)
+    .bind(&ids)
+    .bind(&lims)
+    .bind(&timeouts)
+    .bind(req.max_instances)
+    .bind(req.lease_seconds as f64)
+    .bind(&req.worker_id)
+    .bind(actor)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(map_db_error)?;
+    tx.commit().await.map_err(map_db_error)?;
+    rows.into_iter()
+        .map(|r| {
+            Ok(Claimed {
+                instance: r.instance.try_into()?,
+                lease_token: r.lease_token,
+                context: r.context.0,
+            })
+        })
+        .collect()
+}
+
+/// When the earliest PENDING instance of `agent_id` becomes claimable, and the database's now.
+pub async fn next_available_at(
+    pool: &PgPool,
+    agent_id: &str,
+) -> Result<(Option<DateTime<Utc>>, DateTime<Utc>)> {
+    sqlx::query_as(
+        "select (select min(available_at) from task_instance \
+                 where status = 'PENDING' and agent_id = $1), now()",
+    )
+    .bind(agent_id)
+    .fetch_one(pool)
+    .await
+    .map_err(map_db_error)
+}
+
+/// Explain a compare-and-swap on (id, RUNNING, token) that matched nothing: 404 when the
+/// instance does not exist, otherwise a fence rejection describing where it stands.
+async fn fence_error(pool: &PgPool, id: Uuid) -> Error {
+    match get_instance(pool, id).await {
+        Ok(i) => Error::Fenced {
+            instance_id: i.id,
+            task_id: i.task_id,
+            window_key: i.window_key,
+            attempt: i.attempt,
+            status: i.status.as_str().to_owned(),
+        },
+        Err(e) => e,
+    }
+}
+
+/// Extend a lease. Fenced when the token is not the instance's current RUNNING lease.
+pub async fn heartbeat(
+    pool: &PgPool,
+    id: Uuid,
+    lease_token: Uuid,
+    lease_seconds: i64,
+) -> Result<Instance> {
+    let row: Option<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "update task_instance set lease_expires_at = now() + make_interval(secs => $3), \
+             updated_at = now() \
+         where id = $1 and status = 'RUNNING' and lease_token = $2 \
+         returning {INSTANCE_COLUMNS}"
+    )))
+    .bind(id)
+    .bind(lease_token)
+    .bind(lease_seconds as f64)
+    .fetch_optional(pool)
+    .await
+    .map_err(map_db_error)?;
+    match row {
+        Some(r) => r.try_into(),
+        None => Err(fence_error(pool, id).await),
+    }
+}
+
+/// Announce that `agent_id` may have claimable work, inside the caller's transaction.
+pub async fn notify_work(conn: &mut PgConnection, agent_id: &str) -> Result<()> {
+    sqlx::query("select pg_notify($1, $2)")
+        .bind(super::WORK_CHANNEL)
+        .bind(agent_id)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_db_error)?;
+    Ok(())
+}
+
+/// RUNNING → SUCCESS under the lease token; resets the task's consecutive failures.
+pub async fn complete(
+    pool: &PgPool,
+    id: Uuid,
+    lease_token: Uuid,
+    result: Option<&Value>,
+    actor: &str,
+) -> Result<Instance> {
+    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let row: Option<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "with upd as ( \
+             update task_instance set status = 'SUCCESS', result = $3, finished_at = now(), \
+                 lease_token = null, lease_expires_at = null, deadline_at = null, \
+                 error = null, error_kind = null, updated_at = now() \
+             where id = $1 and status = 'RUNNING' and lease_token = $2 \
+             returning * \
+         ), ev as ( \
+             insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
+             select id, attempt, 'RUNNING', 'SUCCESS', $4, null from upd \
+         ), tk as ( \
+             update tasks set consecutive_failures = 0 \
+             where id = (select task_id from upd) and consecutive_failures <> 0 \
+         ) \
+         select {INSTANCE_COLUMNS} from upd"
+    )))
+    .bind(id)
+    .bind(lease_token)
+    .bind(result.map(Json))
+    .bind(actor)
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(map_db_error)?;
+    let Some(row) = row else {
+        drop(tx);
+        return Err(fence_error(pool, id).await);
+    };
+    let inst: Instance = row.try_into()?;
+    notify_if_queued(&mut tx, &inst.task_id).await?;
+    tx.commit().await.map_err(map_db_error)?;
+    Ok(inst)
+}
+
+/// A finished RUNNING slot may unblock queued work of the same task: wake its agent's waiters,
+/// but only when there is such work (NOTIFY serialises commits; do not pay for it needlessly).
+async fn notify_if_queued(conn: &mut PgConnection, task_id: &str) -> Result<()> {
+    sqlx::query(
+        "select pg_notify($1, agent_id) from task_instance \
+         where task_id = $2 and status = 'PENDING' limit 1",
+    )
+    .bind(super::WORK_CHANNEL)
+    .bind(task_id)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    Ok(())
+}
+
+/// One failed attempt to record: decided in Rust (state machine, backoff), written in SQL.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub id: Uuid,
+    pub lease_token: Uuid,
+    /// FAILED (attempts remain) or DEAD.
+    pub to: InstanceStatus,
+    /// Backoff before the retry scanner may make it PENDING again (FAILED only).
+    pub delay: std::time::Duration,
+    pub error: String,
+    pub error_kind: &'static str,
+}
+
+/// A RUNNING instance about to fail, with what deciding FAILED vs DEAD needs.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct RunningAttempt {
+    pub id: Uuid,
+    pub task_id: String,
+    pub window_key: String,
+    pub agent_id: String,
+    pub attempt: i32,
+    pub max_attempts: i32,
+    pub lease_token: Uuid,
+    /// The task's `execution.retry_backoff`, or null when the task was deleted.
+    pub retry_backoff: Option<Json<Value>>,
+    /// `lease_expired` or `timeout` for reaped rows; null otherwise.
+    pub expiry: Option<String>,
+}
+
+/// Lock the RUNNING instance `id` held by `lease_token`; `None` when the fence does not match.
+pub async fn lock_running(
+    conn: &mut PgConnection,
+    id: Uuid,
+    lease_token: Uuid,
+) -> Result<Option<RunningAttempt>> {
+    sqlx::query_as(
+        "select i.id, i.task_id, i.window_key, i.agent_id, i.attempt, i.max_attempts, \
+             i.lease_token, t.spec->'execution'->'retry_backoff' as retry_backoff, \
+             null::text as expiry \
+         from task_instance i left join tasks t on t.id = i.task_id \
+         where i.id = $1 and i.status = 'RUNNING' and i.lease_token = $2 \
+         for update of i",
+    )
+    .bind(id)
+    .bind(lease_token)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(map_db_error)
+}
+
+/// Lock up to `limit` RUNNING instances whose lease expired or whose run passed its deadline,
+/// skipping rows another replica's reaper holds.
+pub async fn lock_expired(conn: &mut PgConnection, limit: i64) -> Result<Vec<RunningAttempt>> {
+    sqlx::query_as(
+        "select i.id, i.task_id, i.window_key, i.agent_id, i.attempt, i.max_attempts, \
+             i.lease_token, t.spec->'execution'->'retry_backoff' as retry_backoff, \
+             case when i.deadline_at < now() then 'timeout' else 'lease_expired' end as expiry \
+         from task_instance i left join tasks t on t.id = i.task_id \
+         where i.status = 'RUNNING' and (i.lease_expires_at < now() or i.deadline_at < now()) \
+         order by i.lease_expires_at \
+         limit $1 \
+         for update of i skip locked",
+    )
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)
+}
+
+/// Write failed attempts: RUNNING → FAILED (with `available_at = now() + delay`) or DEAD, each
+/// a compare-and-swap on (id, RUNNING, lease token) with its event, and add the failures to the
+/// tasks' `consecutive_failures`. Returns the instances as written.
+pub async fn record_failures(
+    conn: &mut PgConnection,
+    failures: &[Failure],
+    actor: &str,
+) -> Result<Vec<Instance>> {
+    if failures.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<Uuid> = failures.iter().map(|f| f.id).collect();
+    let tokens: Vec<Uuid> = failures.iter().map(|f| f.lease_token).collect();
+    let tos: Vec<&str> = failures.iter().map(|f| f.to.as_str()).collect();
+    let delays: Vec<i64> = failures
+        .iter()
+        .map(|f| i64::try_from(f.delay.as_millis()).unwrap_or(i64::MAX / 2))
+        .collect();
+    let errors: Vec<&str> = failures.iter().map(|f| f.error.as_str()).collect();
+    let kinds: Vec<&str> = failures.iter().map(|f| f.error_kind).collect();
+    let rows: Vec<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "with f as ( \
+             select * from unnest($1::uuid[], $2::uuid[], $3::text[], $4::bigint[], $5::text[], \
+                                  $6::text[]) as f(id, token, to_status, delay_ms, error, kind) \
+         ), upd as ( \
+             update task_instance i set status = f.to_status, error = f.error, \
+                 error_kind = f.kind, \
+                 available_at = case when f.to_status = 'FAILED' \
+                     then now() + f.delay_ms * interval '1 millisecond' else i.available_at end, \
+                 finished_at = case when f.to_status = 'DEAD' then now() end, \
+                 lease_token = null, lease_expires_at = null, deadline_at = null, \
+                 updated_at = now() \
+             from f where i.id = f.id and i.status = 'RUNNING' and i.lease_token = f.token \
+             returning i.* \
+         ), ev as ( \
+             insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
+             select id, attempt, 'RUNNING', status, $7, error_kind || ': ' || left(error, 512) \
+             from upd \
+         ), tk as ( \
+             update tasks t set consecutive_failures = t.consecutive_failures + c.n \
+             from (select task_id, count(*)::int as n from upd group by task_id) c \
+             where t.id = c.task_id \
+         ) \
+         select {INSTANCE_COLUMNS} from upd"
+    )))
+    .bind(&ids)
+    .bind(&tokens)
+    .bind(&tos)
+    .bind(&delays)
+    .bind(&errors)
+    .bind(&kinds)
+    .bind(actor)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    rows.into_iter().map(Instance::try_from).collect()
+}
+
+/// FAILED instances whose backoff has passed → PENDING with `attempt + 1`, at most `limit` per
+/// call (the rate limit against retry storms). Wakes the agents' waiting claims.
+pub async fn retry_due(conn: &mut PgConnection, limit: i64, actor: &str) -> Result<Vec<Created>> {
+    let rows: Vec<(Uuid, String, String, String, i32)> = sqlx::query_as(
+        "with due as ( \
+             select id from task_instance where status = 'FAILED' and available_at <= now() \
+             order by available_at limit $1 for update skip locked \
+         ), upd as ( \
+             update task_instance i set status = 'PENDING', attempt = i.attempt + 1, \
+                 updated_at = now() \
+             from due where i.id = due.id and i.status = 'FAILED' \
+             returning i.id, i.task_id, i.window_key, i.agent_id, i.attempt \
+         ), ev as ( \
+             insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
+             select id, attempt, 'FAILED', 'PENDING', $2, 'retry: attempt ' || attempt from upd \
+         ) \
+         select id, task_id, window_key, agent_id, attempt from upd",
+    )
+    .bind(limit)
+    .bind(actor)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    let mut agents: Vec<&str> = rows.iter().map(|r| r.3.as_str()).collect();
+    agents.sort_unstable();
+    agents.dedup();
+    for agent in agents {
+        notify_work(conn, agent).await?;
+    }
+    Ok(rows
+        .into_iter()
+        .map(|(id, task_id, window_key, _, attempt)| Created {
+            id,
+            task_id,
+            window_key,
+            status: format!("PENDING attempt {attempt}"),
+        })
+        .collect())
+}
+
+/// Operator retry: DEAD, FAILED, CANCELLED or SKIPPED → PENDING, one more attempt allowed,
+/// claimable now.
+pub async fn operator_retry(
+    pool: &PgPool,
+    id: Uuid,
+    actor: &str,
+    reason: &str,
+) -> Result<Instance> {
+    let from = status_names(&legal_sources(Event::OperatorRetry));
+    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let row: Option<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "with old as ( \
+             select id, status from task_instance where id = $1 and status = any($2) for update \
+         ), upd as ( \
+             update task_instance i set status = 'PENDING', attempt = i.attempt + 1, \
+                 max_attempts = i.max_attempts + 1, available_at = now(), finished_at = null, \
+                 started_at = null, worker_id = null, lease_token = null, \
+                 lease_expires_at = null, deadline_at = null, result = null, error = null, \
+                 error_kind = null, skip_reason = null, updated_at = now() \
+             from old where i.id = old.id \
+             returning i.*, old.status as from_status \
+         ), ev as ( \
+             insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
+             select id, attempt, from_status, 'PENDING', $3, $4 from upd \
+         ) \
+         select {INSTANCE_COLUMNS} from upd"
+    )))
+    .bind(id)
+    .bind(&from)
+    .bind(actor)
+    .bind(reason)
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(map_db_error)?;
+    let Some(row) = row else {
+        drop(tx);
+        return Err(illegal_error(pool, id).await);
+    };
+    let inst: Instance = row.try_into()?;
+    let agent: Option<String> =
+        sqlx::query_scalar("select agent_id from task_instance where id = $1")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_db_error)?;
+    if let Some(agent) = agent {
+        notify_work(&mut tx, &agent).await?;
+    }
+    tx.commit().await.map_err(map_db_error)?;
+    Ok(inst)
+}
+
+/// Operator cancel: PENDING, RUNNING or FAILED → CANCELLED; a running lease is fenced out.
+pub async fn operator_cancel(
+    pool: &PgPool,
+    id: Uuid,
+    actor: &str,
+    reason: &str,
+) -> Result<Instance> {
+    let from = status_names(&legal_sources(Event::Cancel));
+    let row: Option<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "with old as ( \
+             select id, status from task_instance where id = $1 and status = any($2) for update \
+         ), upd as ( \
+             update task_instance i set status = 'CANCELLED', finished_at = now(), \
+                 lease_token = null, lease_expires_at = null, deadline_at = null, \
+                 error_kind = 'cancelled', error = $4, updated_at = now() \
+             from old where i.id = old.id \
+             returning i.*, old.status as from_status \
+         ), ev as ( \
+             insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
+             select id, attempt, from_status, 'CANCELLED', $3, $4 from upd \
+         ) \
+         select {INSTANCE_COLUMNS} from upd"
+    )))
+    .bind(id)
+    .bind(&from)
+    .bind(actor)
+    .bind(reason)
+    .fetch_optional(pool)
+    .await
+    .map_err(map_db_error)?;
+    match row {
+        Some(r) => r.try_into(),
+        None => Err(illegal_error(pool, id).await),
+    }
+}
+
+async fn illegal_error(pool: &PgPool, id: Uuid) -> Error {
+    match get_instance(pool, id).await {
+        Ok(i) => Error::Illegal {
+            instance_id: i.id,
+            status: i.status.as_str().to_owned(),
+        },
+        Err(e) => e,
+    }
+}
+
+/// Longest `error` text kept for an attempt (longer text is cut, marked with an ellipsis).
+pub const MAX_ERROR_LEN: usize = 4096;
+
+/// Cut an error message to [`MAX_ERROR_LEN`] bytes on a character boundary.
+pub fn bound_error(error: &str) -> String {
+    if error.len() <= MAX_ERROR_LEN {
+        return error.to_owned();
+    }
+    let mut end = MAX_ERROR_LEN - 3;
+    while !error.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &error[..end])
+}
+
+/// Decide what a failed attempt becomes (FAILED with backoff, or DEAD) by the state machine and
+/// the task's backoff policy. `unit` is the jitter draw in [0, 1).
+pub fn plan_failure(
+    a: &RunningAttempt,
+    retryable: bool,
+    error: &str,
+    error_kind: &'static str,
+    unit: f64,
+) -> Failure {
+    let policy: Option<RetryBackoff> = a
+        .retry_backoff
+        .as_ref()
+        .and_then(|j| serde_json::from_value(j.0.clone()).ok());
+    // A task that no longer exists has nobody to retry for.
+    let give_up = !retryable || a.attempt >= a.max_attempts || policy.is_none();
+    let to = transition(Some(InstanceStatus::Running), Event::Fail { give_up })
+        .unwrap_or(InstanceStatus::Dead);
+    let delay = match (&policy, to) {
+        (Some(p), InstanceStatus::Failed) => backoff(p, a.attempt, unit),
+        _ => std::time::Duration::ZERO,
+    };
+    Failure {
+        id: a.id,
+        lease_token: a.lease_token,
+        to,
+        delay,
+        error: bound_error(error),
+        error_kind,
+    }
+}
+
+/// The agent's `fail`: RUNNING → FAILED or DEAD under the lease token.
+pub async fn fail(
+    pool: &PgPool,
+    id: Uuid,
+    lease_token: Uuid,
+    error: &str,
+    retryable: bool,
+    actor: &str,
+) -> Result<Instance> {
+    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let Some(attempt) = lock_running(&mut tx, id, lease_token).await? else {
+        drop(tx);
+        return Err(fence_error(pool, id).await);
+    };
+    let failure = plan_failure(&attempt, retryable, error, "agent", rand::random::<f64>());
+    let mut written = record_failures(&mut tx, &[failure], actor).await?;
+    let inst = written.pop().ok_or_else(|| {
+        Error::Stale(format!(
+            "instance {id} changed while its failure was recorded"
+        ))
+    })?;
+    notify_if_queued(&mut tx, &inst.task_id).await?;
+    tx.commit().await.map_err(map_db_error)?;
+    Ok(inst)
 }

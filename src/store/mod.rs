@@ -16,6 +16,10 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// The channel a task change is announced on, waking every replica's trigger loop.
 pub const TASKS_CHANNEL: &str = "kairos_tasks";
 
+/// The channel on which "work may be claimable for agent X" is announced (payload: agent id),
+/// waking long-polling claims.
+pub const WORK_CHANNEL: &str = "kairos_work";
+
 /// What went wrong in the database, in the product's terms.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -27,6 +31,23 @@ pub enum Error {
     /// A compare-and-swap found the row in another state than expected.
     #[error("stale: {0}")]
     Stale(String),
+    /// A lease token did not match a RUNNING instance: the caller's lease is gone.
+    #[error(
+        "stale lease: instance {instance_id} of task {task_id} window {window_key} is {status} at attempt {attempt}"
+    )]
+    Fenced {
+        instance_id: uuid::Uuid,
+        task_id: String,
+        window_key: String,
+        attempt: i32,
+        status: String,
+    },
+    /// The transition is not allowed from the instance's current state.
+    #[error("illegal transition: instance {instance_id} is {status}")]
+    Illegal {
+        instance_id: uuid::Uuid,
+        status: String,
+    },
     /// `If-Match` named another version.
     #[error("version mismatch: current version is {current}")]
     VersionMismatch { current: i64 },

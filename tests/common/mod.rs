@@ -34,15 +34,17 @@ impl TestApp {
     }
 
     pub async fn spawn_with(pool: PgPool, trigger: Option<TriggerLoopConfig>) -> TestApp {
+        let mut opts = Options::api_only("test-node");
+        opts.trigger = trigger;
+        opts.shutdown_grace = Duration::from_secs(5);
+        Self::spawn_opts(pool, opts).await
+    }
+
+    /// Any combination of loops and limits.
+    pub async fn spawn_opts(pool: PgPool, opts: Options) -> TestApp {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
-        let opts = Options {
-            node_id: "test-node".to_owned(),
-            max_body_bytes: 256 * 1024,
-            trigger,
-            shutdown_grace: Duration::from_secs(5),
-        };
         let running = app::start(pool.clone(), listener, opts).expect("start kairos");
         TestApp {
             addr: running.addr,
@@ -77,6 +79,13 @@ impl TestApp {
 
     pub async fn post(&self, path: &str, body: Value) -> Response {
         self.request(Method::POST, path, Some(body)).await
+    }
+
+    /// Die at once, as a SIGKILL would: no loop or request finishes.
+    pub fn kill(mut self) {
+        if let Some(r) = self.running.take() {
+            r.abort();
+        }
     }
 
     pub async fn shutdown(mut self) {

@@ -1,0 +1,138 @@
+//! `POST /v1/claims`: agents take PENDING instances under fresh leases, long-polling up to
+//! `wait_seconds`. A waiting request holds no database connection: it sleeps on the process's
+//! work signal (LISTEN/NOTIFY), the next `available_at` of its agent's work, or a fallback poll.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::routing::post;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::error::ApiError;
+use super::extract::{JsonBody, body_object, int_field, string_field};
+use super::instances::instance_json;
+use super::{AppState, RouteTable};
+use crate::domain::task::valid_name;
+use crate::services::work_signal::WAKE_ALL;
+use crate::store::instances::{self as store_instances, ClaimRequest, Claimed};
+
+/// Most instances one claim may take.
+pub const MAX_INSTANCES_PER_CLAIM: i64 = 100;
+/// While work exists that cannot be claimed yet (paused task, concurrency limit), look again at
+/// least this often even without a notification.
+const FALLBACK_POLL: Duration = Duration::from_secs(1);
+
+pub fn routes(t: RouteTable) -> RouteTable {
+    t.add("post", "/v1/claims", post(claim))
+}
+
+/// A claimed instance as the agent receives it: the instance plus its lease token and context.
+pub fn claimed_json(c: &Claimed) -> Value {
+    let mut v = instance_json(&c.instance);
+    v["lease_token"] = json!(c.lease_token);
+    v["context"] = c.context.clone();
+    v
+}
+
+fn name_field(m: &serde_json::Map<String, Value>, key: &str) -> Result<String, ApiError> {
+    let v = string_field(m, key, true, 128)?.unwrap_or_default();
+    if valid_name(&v) {
+        Ok(v)
+    } else {
+        Err(ApiError::invalid(
+            key,
+            "must be 1-128 characters of letters, digits, '_', '.', '-', ':'",
+        ))
+    }
+}
+
+async fn claim(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let m = body_object(
+        body,
+        &[
+            "agent_id",
+            "worker_id",
+            "max_instances",
+            "lease_seconds",
+            "wait_seconds",
+        ],
+    )?;
+    let settings = &state.claims;
+    let req = ClaimRequest {
+        agent_id: name_field(&m, "agent_id")?,
+        worker_id: name_field(&m, "worker_id")?,
+        max_instances: int_field(&m, "max_instances", 1, 1, MAX_INSTANCES_PER_CLAIM)?,
+        lease_seconds: int_field(
+            &m,
+            "lease_seconds",
+            settings.default_lease_seconds,
+            1,
+            settings.max_lease_seconds,
+        )?,
+    };
+    let wait = int_field(&m, "wait_seconds", 0, 0, settings.max_wait_seconds)?;
+    let deadline = Instant::now() + Duration::from_secs(wait.unsigned_abs());
+    let actor = format!("agent:{}", req.worker_id);
+
+    loop {
+        // Subscribe before looking, so a notification between the look and the wait is kept.
+        let mut wake = state.work_signal.subscribe();
+        let claimed = store_instances::claim(&state.pool, &req, &actor).await?;
+        if !claimed.is_empty() {
+            for c in &claimed {
+                let i = &c.instance;
+                if i.attempt == 1
+                    && let Some(started) = i.started_at
+                {
+                    let lag = (started - i.scheduled_at).num_microseconds().unwrap_or(0);
+                    metrics::histogram!("kairos_schedule_lag_seconds")
+                        .record(lag.max(0) as f64 / 1e6);
+                }
+                tracing::debug!(task_id = %i.task_id, window_key = %i.window_key, instance_id = %i.id, attempt = i.attempt, worker_id = %req.worker_id, "instance claimed");
+            }
+            return Ok(Json(json!({
+                "instances": claimed.iter().map(claimed_json).collect::<Vec<_>>()
+            })));
+        }
+        let now = Instant::now();
+        if now >= deadline || state.shutdown.is_cancelled() {
+            return Ok(Json(json!({ "instances": [] })));
+        }
+        // Sleep until the earliest of: the deadline, the next delayed window of this agent,
+        // the fallback poll; or a notification for this agent; or shutdown.
+        let (next, db_now) = store_instances::next_available_at(&state.pool, &req.agent_id).await?;
+        let mut until = deadline;
+        if let Some(next) = next {
+            let delta = (next - db_now).to_std().unwrap_or(Duration::ZERO);
+            let at = if delta.is_zero() {
+                now + FALLBACK_POLL
+            } else {
+                now + delta
+            };
+            until = until.min(at);
+        }
+        let agent = req.agent_id.as_str();
+        tokio::select! {
+            _ = state.shutdown.cancelled() => {}
+            _ = tokio::time::sleep_until(until) => {}
+            _ = async {
+                loop {
+                    match wake.recv().await {
+                        Ok(a) if a == agent || a == WAKE_ALL => break,
+                        Ok(_) => continue,
+                        // Lagged: some notification may have been ours.
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                }
+            } => {}
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! The retry scanner: FAILED instances whose backoff has passed go back to PENDING with
+//! `attempt + 1`. Each pass moves a bounded batch (the rate limit that keeps a recovering
+//! downstream from being hit by every failed instance at once); several replicas may scan at
+//! once, each transition being a compare-and-swap on rows locked with `SKIP LOCKED`.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use super::{Heartbeats, run_periodic};
+use crate::store::{self, instances, map_db_error};
+
+pub const LOOP_NAME: &str = "retry_scanner";
+
+#[derive(Debug, Clone)]
+pub struct RetryScannerConfig {
+    pub node_id: String,
+    /// Pause between passes (`retry_scan_interval_ms`).
+    pub interval: Duration,
+    /// Most instances moved per pass (`retry_batch_size`).
+    pub batch_size: i64,
+}
+
+impl RetryScannerConfig {
+    pub fn new(node_id: impl Into<String>) -> Self {
+        Self {
+            node_id: node_id.into(),
+            interval: Duration::from_millis(1000),
+            batch_size: 100,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetryReport {
+    pub num_retried: usize,
+}
+
+pub struct RetryScanner {
+    pool: PgPool,
+    config: RetryScannerConfig,
+    heartbeats: Heartbeats,
+}
+
+impl RetryScanner {
+    pub fn new(pool: PgPool, config: RetryScannerConfig, heartbeats: Heartbeats) -> Self {
+        Self {
+            pool,
+            config,
+            heartbeats,
+        }
+    }
+
+    /// One bounded batch.
+    pub async fn run_once(&self) -> store::Result<RetryReport> {
+        let actor = format!("retry_scanner:{}", self.config.node_id);
+        let mut tx = self.pool.begin().await.map_err(map_db_error)?;
+        let moved = instances::retry_due(&mut tx, self.config.batch_size, &actor).await?;
+        tx.commit().await.map_err(map_db_error)?;
+        for m in &moved {
+            tracing::info!(task_id = %m.task_id, window_key = %m.window_key, instance_id = %m.id, attempt = %m.status, reason = "backoff elapsed", "instance retried");
+        }
+        metrics::counter!("kairos_retries_total").increment(moved.len() as u64);
+        Ok(RetryReport {
+            num_retried: moved.len(),
+        })
+    }
+
+    pub async fn run(self, shutdown: CancellationToken) {
+        let batch = usize::try_from(self.config.batch_size).unwrap_or(usize::MAX);
+        run_periodic(
+            LOOP_NAME,
+            self.config.interval,
+            self.heartbeats.clone(),
+            shutdown,
+            || async { self.run_once().await.map(|r| r.num_retried >= batch) },
+        )
+        .await;
+    }
+}

@@ -1,0 +1,112 @@
+//! The timeout reaper: RUNNING instances whose lease expired (no heartbeat) fail with
+//! `lease_expired`; those running past the task's `timeout_seconds` fail with `timeout`. Both
+//! then become FAILED (attempts remain) or DEAD by the same rule as an agent's `fail`. Clearing
+//! the lease token fences the late worker out: its `complete` gets 409.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use super::{Heartbeats, run_periodic};
+use crate::store::{self, instances, map_db_error};
+
+pub const LOOP_NAME: &str = "timeout_reaper";
+
+#[derive(Debug, Clone)]
+pub struct TimeoutReaperConfig {
+    pub node_id: String,
+    /// Pause between passes (`reaper_interval_ms`).
+    pub interval: Duration,
+    /// Most instances reaped per pass (`reaper_batch_size`).
+    pub batch_size: i64,
+}
+
+impl TimeoutReaperConfig {
+    pub fn new(node_id: impl Into<String>) -> Self {
+        Self {
+            node_id: node_id.into(),
+            interval: Duration::from_millis(1000),
+            batch_size: 500,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReapReport {
+    pub num_reaped: usize,
+    pub num_dead: usize,
+}
+
+pub struct TimeoutReaper {
+    pool: PgPool,
+    config: TimeoutReaperConfig,
+    heartbeats: Heartbeats,
+}
+
+impl TimeoutReaper {
+    pub fn new(pool: PgPool, config: TimeoutReaperConfig, heartbeats: Heartbeats) -> Self {
+        Self {
+            pool,
+            config,
+            heartbeats,
+        }
+    }
+
+    /// One bounded batch.
+    pub async fn run_once(&self) -> store::Result<ReapReport> {
+        let actor = format!("reaper:{}", self.config.node_id);
+        let mut tx = self.pool.begin().await.map_err(map_db_error)?;
+        let expired = instances::lock_expired(&mut tx, self.config.batch_size).await?;
+        if expired.is_empty() {
+            tx.commit().await.map_err(map_db_error)?;
+            return Ok(ReapReport::default());
+        }
+        let failures: Vec<instances::Failure> = expired
+            .iter()
+            .map(|a| {
+                let (kind, error) = match a.expiry.as_deref() {
+                    Some("timeout") => ("timeout", "run exceeded the task's timeout_seconds"),
+                    _ => ("lease_expired", "lease expired without a heartbeat"),
+                };
+                instances::plan_failure(a, true, error, kind, rand::random::<f64>())
+            })
+            .collect();
+        let written = instances::record_failures(&mut tx, &failures, &actor).await?;
+        tx.commit().await.map_err(map_db_error)?;
+        let mut report = ReapReport::default();
+        for (a, f) in expired.iter().zip(&failures) {
+            if !written.iter().any(|w| w.id == a.id) {
+                continue;
+            }
+            report.num_reaped += 1;
+            if f.to == crate::domain::instance::InstanceStatus::Dead {
+                report.num_dead += 1;
+            }
+            metrics::counter!("kairos_reaped_total", "kind" => f.error_kind).increment(1);
+            tracing::warn!(
+                task_id = %a.task_id,
+                window_key = %a.window_key,
+                instance_id = %a.id,
+                attempt = a.attempt,
+                reason = f.error_kind,
+                to = f.to.as_str(),
+                retry_in_ms = f.delay.as_millis() as u64,
+                "instance reaped"
+            );
+        }
+        Ok(report)
+    }
+
+    pub async fn run(self, shutdown: CancellationToken) {
+        let batch = usize::try_from(self.config.batch_size).unwrap_or(usize::MAX);
+        run_periodic(
+            LOOP_NAME,
+            self.config.interval,
+            self.heartbeats.clone(),
+            shutdown,
+            || async { self.run_once().await.map(|r| r.num_reaped >= batch) },
+        )
+        .await;
+    }
+}

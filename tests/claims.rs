@@ -1,0 +1,726 @@
+//! Claims under fenced leases, the retry scanner and the timeout reaper, against a real
+//! PostgreSQL and a real HTTP server, with real concurrency.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use common::{TestApp, eventually, json};
+use kairos::app::Options;
+use kairos::services::Heartbeats;
+use kairos::services::retry_scanner::{RetryScanner, RetryScannerConfig};
+use kairos::services::timeout_reaper::{TimeoutReaper, TimeoutReaperConfig};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+/// A manual task (no windows of its own) with the given execution settings.
+async fn manual_task(app: &TestApp, id: &str, agent: &str, execution: Value) {
+    let (status, body) = json(
+        app.put(
+            &format!("/v1/tasks/{id}"),
+            json!({"agent_id": agent, "trigger": {"type": "manual"}, "execution": execution}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+}
+
+/// Insert `n` PENDING instances of `task` directly, oldest window first.
+async fn pending(pool: &PgPool, task: &str, agent: &str, n: i32, max_attempts: i32) {
+    sqlx::query(
+        "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
+             agent_id, max_attempts, available_at) \
+         select gen_random_uuid(), $1, 'w' || lpad(g::text, 6, '0'), \
+             now() - interval '1 hour' + g * interval '1 millisecond', 'PENDING', 'manual', $2, $3, \
+             now() - interval '1 hour' + g * interval '1 millisecond' \
+         from generate_series(1, $4) g",
+    )
+    .bind(task)
+    .bind(agent)
+    .bind(max_attempts)
+    .bind(n)
+    .execute(pool)
+    .await
+    .expect("insert pending");
+}
+
+async fn claim(app: &TestApp, agent: &str, worker: &str, max: i64, extra: Value) -> Vec<Value> {
+    let mut body = json!({"agent_id": agent, "worker_id": worker, "max_instances": max});
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(e.clone());
+    }
+    let (status, resp) = json(app.post("/v1/claims", body).await).await;
+    assert_eq!(status, 200, "{resp}");
+    resp["instances"].as_array().cloned().unwrap_or_default()
+}
+
+fn id_of(i: &Value) -> String {
+    i["id"].as_str().expect("id").to_owned()
+}
+
+fn token_of(i: &Value) -> String {
+    i["lease_token"].as_str().expect("lease_token").to_owned()
+}
+
+fn scanner(pool: &PgPool, node: &str) -> RetryScanner {
+    RetryScanner::new(
+        pool.clone(),
+        RetryScannerConfig::new(node),
+        Heartbeats::default(),
+    )
+}
+
+fn reaper(pool: &PgPool, node: &str) -> TimeoutReaper {
+    TimeoutReaper::new(
+        pool.clone(),
+        TimeoutReaperConfig::new(node),
+        Heartbeats::default(),
+    )
+}
+
+#[sqlx::test]
+async fn eight_concurrent_claimers_take_each_of_1000_instances_exactly_once(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    manual_task(
+        &app,
+        "bulk",
+        "bulk_agent",
+        json!({"concurrency_limit": 1000}),
+    )
+    .await;
+    pending(&pool, "bulk", "bulk_agent", 1000, 1).await;
+
+    let mut workers = Vec::new();
+    let app = std::sync::Arc::new(app);
+    for w in 0..8 {
+        let app = app.clone();
+        workers.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let got = claim(&app, "bulk_agent", &format!("w{w}"), 7, json!({})).await;
+                if got.is_empty() {
+                    break;
+                }
+                for i in got {
+                    let (status, done) = json(
+                        app.post(
+                            &format!("/v1/instances/{}/complete", id_of(&i)),
+                            json!({"lease_token": token_of(&i), "result": {"by": w}}),
+                        )
+                        .await,
+                    )
+                    .await;
+                    assert_eq!(status, 200, "{done}");
+                    mine.push(id_of(&i));
+                }
+            }
+            mine
+        }));
+    }
+    let mut all = Vec::new();
+    for w in workers {
+        all.extend(w.await.expect("worker"));
+    }
+    let unique: HashSet<&String> = all.iter().collect();
+    assert_eq!(all.len(), 1000, "every instance claimed once in total");
+    assert_eq!(unique.len(), 1000, "no instance claimed twice");
+    let (success, claims): (i64, i64) = sqlx::query_as(
+        "select (select count(*) from task_instance where task_id = 'bulk' and status = 'SUCCESS'), \
+                (select count(*) from instance_events where to_status = 'RUNNING')",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("counts");
+    assert_eq!(success, 1000);
+    assert_eq!(claims, 1000, "one claim transition per instance");
+}
+
+#[sqlx::test]
+async fn claims_never_exceed_the_concurrency_limit_under_concurrent_claimers(pool: PgPool) {
+    let app = std::sync::Arc::new(TestApp::spawn(pool.clone()).await);
+    manual_task(
+        &app,
+        "q",
+        "qa",
+        json!({"concurrency_limit": 2, "overlap": "queue"}),
+    )
+    .await;
+    pending(&pool, "q", "qa", 12, 1).await;
+    let mut order = Vec::new();
+    for _round in 0..6 {
+        let mut claimers = Vec::new();
+        for c in 0..6 {
+            let app = app.clone();
+            claimers.push(tokio::spawn(async move {
+                claim(&app, "qa", &format!("c{c}"), 3, json!({})).await
+            }));
+        }
+        let mut got = Vec::new();
+        for c in claimers {
+            got.extend(c.await.expect("claimer"));
+        }
+        let running: i64 = sqlx::query_scalar(
+            "select count(*) from task_instance where task_id = 'q' and status = 'RUNNING'",
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+        assert!(running <= 2, "{running} running with limit 2");
+        assert_eq!(got.len() as i64, running);
+        got.sort_by_key(|i| i["window_key"].as_str().unwrap_or("").to_owned());
+        for i in &got {
+            order.push(i["window_key"].as_str().unwrap_or("").to_owned());
+            app.post(
+                &format!("/v1/instances/{}/complete", id_of(i)),
+                json!({"lease_token": token_of(i)}),
+            )
+            .await;
+        }
+    }
+    let mut sorted = order.clone();
+    sorted.sort();
+    assert_eq!(order, sorted, "windows claimed in order");
+    assert_eq!(order.len(), 12);
+}
+
+#[sqlx::test]
+async fn a_claim_carries_context_lease_and_idempotency_key_and_skips_paused_tasks(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let (status, _) = json(
+        app.put(
+            "/v1/tasks/ctx",
+            json!({"agent_id": "ca", "trigger": {"type": "manual"}, "context": {"params": {"region": "cn-north"}}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201);
+    pending(&pool, "ctx", "ca", 1, 4).await;
+    app.post("/v1/tasks/ctx/pause", json!({})).await;
+    assert!(
+        claim(&app, "ca", "w", 5, json!({})).await.is_empty(),
+        "paused task's work is held"
+    );
+    app.post("/v1/tasks/ctx/resume", json!({})).await;
+    assert!(
+        claim(&app, "other_agent", "w", 5, json!({}))
+            .await
+            .is_empty(),
+        "only the task's agent"
+    );
+    let got = claim(&app, "ca", "w", 5, json!({"lease_seconds": 30})).await;
+    assert_eq!(got.len(), 1);
+    let i = &got[0];
+    assert_eq!(i["status"], "RUNNING");
+    assert_eq!(i["worker_id"], "w");
+    assert_eq!(i["context"], json!({"params": {"region": "cn-north"}}));
+    assert_eq!(
+        i["idempotency_key"],
+        format!("ctx:{}", i["window_key"].as_str().unwrap_or(""))
+    );
+    assert!(i["lease_token"].is_string());
+    let started: chrono::DateTime<chrono::Utc> = i["started_at"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("started_at");
+    let expires: chrono::DateTime<chrono::Utc> = i["lease_expires_at"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("lease");
+    let lease = (expires - started).num_seconds();
+    assert!((29..=31).contains(&lease), "{lease}");
+}
+
+#[sqlx::test]
+async fn stale_tokens_and_oversized_results_are_refused(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    manual_task(&app, "t", "a", json!({})).await;
+    pending(&pool, "t", "a", 1, 4).await;
+    let i = claim(&app, "a", "w", 1, json!({})).await.remove(0);
+    let id = id_of(&i);
+    let wrong = uuid::Uuid::new_v4().to_string();
+
+    let (status, problem) = json(
+        app.post(
+            &format!("/v1/instances/{id}/heartbeat"),
+            json!({"lease_token": wrong}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 409, "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("stale lease"),
+        "{problem}"
+    );
+    let (status, _) = json(
+        app.post(
+            &format!("/v1/instances/{id}/complete"),
+            json!({"lease_token": wrong}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 409);
+    let (status, _) = json(
+        app.post(
+            &format!("/v1/instances/{id}/fail"),
+            json!({"lease_token": wrong, "error": "x"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 409);
+    let (status, problem) = json(
+        app.post(
+            &format!("/v1/instances/{id}/complete"),
+            json!({"lease_token": "nope"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 422);
+    assert_eq!(problem["errors"][0]["field"], "lease_token");
+    let (status, _) = json(
+        app.post(
+            &format!("/v1/instances/{}/complete", uuid::Uuid::new_v4()),
+            json!({"lease_token": token_of(&i)}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 404);
+
+    let big = "x".repeat(70 * 1024);
+    let (status, problem) = json(
+        app.post(
+            &format!("/v1/instances/{id}/complete"),
+            json!({"lease_token": token_of(&i), "result": {"blob": big}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 413, "{problem}");
+
+    // The heartbeat with the right token extends the lease; the instance is still RUNNING.
+    let (status, hb) = json(
+        app.post(
+            &format!("/v1/instances/{id}/heartbeat"),
+            json!({"lease_token": token_of(&i), "lease_seconds": 120}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{hb}");
+    assert_eq!(hb["status"], "RUNNING");
+    let (status, done) = json(
+        app.post(
+            &format!("/v1/instances/{id}/complete"),
+            json!({"lease_token": token_of(&i), "result": {"ok": true}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(done["status"], "SUCCESS");
+    assert_eq!(done["result"], json!({"ok": true}));
+    // Completing twice is a stale fence too.
+    let (status, _) = json(
+        app.post(
+            &format!("/v1/instances/{id}/complete"),
+            json!({"lease_token": token_of(&i)}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 409);
+}
+
+#[sqlx::test]
+async fn late_complete_after_reap_is_rejected_with_409_and_the_newer_result_stays(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    manual_task(
+        &app,
+        "t",
+        "a",
+        json!({"retry_backoff": {"base_seconds": 1, "max_seconds": 1, "jitter": 0}}),
+    )
+    .await;
+    pending(&pool, "t", "a", 1, 4).await;
+    let old = claim(&app, "a", "slow_worker", 1, json!({"lease_seconds": 1}))
+        .await
+        .remove(0);
+    let id = id_of(&old);
+
+    // The slow worker stops heartbeating: after the lease the reaper fails the attempt.
+    let reaper = reaper(&pool, "r1");
+    let reaped = eventually(Duration::from_secs(10), "the lease to be reaped", || {
+        let reaper = &reaper;
+        async move {
+            let r = reaper.run_once().await.expect("reap");
+            (r.num_reaped == 1).then_some(r)
+        }
+    })
+    .await;
+    assert_eq!(reaped.num_dead, 0);
+    let (_, failed) = json(app.get(&format!("/v1/instances/{id}")).await).await;
+    assert_eq!(failed["status"], "FAILED");
+    assert_eq!(failed["error_kind"], "lease_expired");
+
+    // After the backoff the scanner makes it PENDING again; another worker takes attempt 2.
+    let scanner = scanner(&pool, "s1");
+    eventually(Duration::from_secs(10), "the retry", || {
+        let scanner = &scanner;
+        async move { (scanner.run_once().await.expect("scan").num_retried == 1).then_some(()) }
+    })
+    .await;
+    let new = claim(&app, "a", "fast_worker", 1, json!({}))
+        .await
+        .remove(0);
+    assert_eq!(id_of(&new), id);
+    assert_eq!(new["attempt"], 2);
+    let (status, _) = json(
+        app.post(
+            &format!("/v1/instances/{id}/complete"),
+            json!({"lease_token": token_of(&new), "result": {"by": "fast"}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200);
+
+    // The slow worker comes back and reports: fenced out.
+    let (status, problem) = json(
+        app.post(
+            &format!("/v1/instances/{id}/complete"),
+            json!({"lease_token": token_of(&old), "result": {"by": "slow"}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 409, "{problem}");
+    let (_, detail) = json(app.get(&format!("/v1/instances/{id}")).await).await;
+    assert_eq!(detail["status"], "SUCCESS");
+    assert_eq!(detail["result"], json!({"by": "fast"}));
+    let transitions: Vec<(String, String)> = detail["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| {
+            (
+                e["from"].as_str().unwrap_or("-").to_owned(),
+                e["to"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let expect = [
+        ("PENDING", "RUNNING"),
+        ("RUNNING", "FAILED"),
+        ("FAILED", "PENDING"),
+        ("PENDING", "RUNNING"),
+        ("RUNNING", "SUCCESS"),
+    ];
+    assert_eq!(
+        transitions,
+        expect
+            .iter()
+            .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[sqlx::test]
+async fn failures_retry_with_backoff_until_dead_and_an_operator_retry_revives(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    manual_task(
+        &app,
+        "t",
+        "a",
+        json!({"max_retries": 2, "retry_backoff": {"base_seconds": 1, "max_seconds": 1, "jitter": 0}}),
+    )
+    .await;
+    pending(&pool, "t", "a", 1, 3).await;
+    let scanner = scanner(&pool, "s");
+    for attempt in 1..=3 {
+        let i = claim(&app, "a", "w", 1, json!({})).await.remove(0);
+        assert_eq!(i["attempt"], attempt);
+        let (status, failed) = json(
+            app.post(
+                &format!("/v1/instances/{}/fail", id_of(&i)),
+                json!({"lease_token": token_of(&i), "error": format!("boom {attempt}")}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 200, "{failed}");
+        if attempt < 3 {
+            assert_eq!(failed["status"], "FAILED");
+            let avail: chrono::DateTime<chrono::Utc> = failed["available_at"]
+                .as_str()
+                .and_then(|s| s.parse().ok())
+                .expect("available_at");
+            let now = kairos::store::now(&pool).await.expect("now");
+            assert!(avail > now, "backoff puts the retry in the future");
+            // Not claimable during the backoff, not even by a long poll that ends before it.
+            assert!(claim(&app, "a", "w", 1, json!({})).await.is_empty());
+            eventually(Duration::from_secs(10), "retry", || {
+                let scanner = &scanner;
+                async move { (scanner.run_once().await.expect("scan").num_retried == 1).then_some(()) }
+            })
+            .await;
+        } else {
+            assert_eq!(failed["status"], "DEAD");
+            assert_eq!(failed["error"], "boom 3");
+            assert!(failed["finished_at"].is_string());
+        }
+    }
+    let (_, task) = json(app.get("/v1/tasks/t").await).await;
+    assert_eq!(task["consecutive_failures"], 3);
+
+    // An operator brings it back for one more attempt, which succeeds.
+    let (_, list) = json(app.get("/v1/instances?task_id=t").await).await;
+    let id = list["items"][0]["id"].as_str().expect("id").to_owned();
+    let (status, revived) = json(
+        app.post(
+            &format!("/v1/instances/{id}/retry"),
+            json!({"reason": "downstream fixed"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{revived}");
+    assert_eq!(revived["status"], "PENDING");
+    assert_eq!(revived["attempt"], 4);
+    assert_eq!(revived["max_attempts"], 4);
+    let i = claim(&app, "a", "w", 1, json!({})).await.remove(0);
+    app.post(
+        &format!("/v1/instances/{id}/complete"),
+        json!({"lease_token": token_of(&i)}),
+    )
+    .await;
+    let (_, task) = json(app.get("/v1/tasks/t").await).await;
+    assert_eq!(
+        task["consecutive_failures"], 0,
+        "a success resets the count"
+    );
+    // SUCCESS is terminal: no operator retry.
+    let (status, _) = json(
+        app.post(&format!("/v1/instances/{id}/retry"), json!({}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 409);
+}
+
+#[sqlx::test]
+async fn a_non_retryable_failure_is_dead_at_once_and_cancel_fences_the_lease(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    manual_task(&app, "t", "a", json!({"concurrency_limit": 5})).await;
+    pending(&pool, "t", "a", 2, 4).await;
+    let got = claim(&app, "a", "w", 2, json!({})).await;
+    let (status, dead) = json(
+        app.post(
+            &format!("/v1/instances/{}/fail", id_of(&got[0])),
+            json!({"lease_token": token_of(&got[0]), "error": "bad input", "retryable": false}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(dead["status"], "DEAD");
+    assert_eq!(dead["error_kind"], "agent");
+
+    let id = id_of(&got[1]);
+    let (status, cancelled) = json(
+        app.post(
+            &format!("/v1/instances/{id}/cancel"),
+            json!({"reason": "not needed"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(cancelled["status"], "CANCELLED");
+    assert_eq!(cancelled["error_kind"], "cancelled");
+    let (status, _) = json(
+        app.post(
+            &format!("/v1/instances/{id}/complete"),
+            json!({"lease_token": token_of(&got[1])}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 409, "the cancelled lease is fenced out");
+    let (status, _) = json(
+        app.post(&format!("/v1/instances/{id}/cancel"), json!({}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 409, "cancelling twice is an illegal transition");
+}
+
+#[sqlx::test]
+async fn two_replicas_scanning_at_once_never_apply_a_transition_twice(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    manual_task(
+        &app,
+        "t",
+        "a",
+        json!({"concurrency_limit": 1000, "max_retries": 5, "timeout_seconds": 1}),
+    )
+    .await;
+    pending(&pool, "t", "a", 300, 6).await;
+    // 150 instances RUNNING with expired leases, 150 FAILED with their backoff passed.
+    sqlx::query(
+        "update task_instance set status = 'RUNNING', lease_token = gen_random_uuid(), \
+             lease_expires_at = now() - interval '1 second', started_at = now() - interval '5 seconds', \
+             deadline_at = now() + interval '1 hour', worker_id = 'gone' \
+         where task_id = 't' and window_key <= 'w000150'",
+    )
+    .execute(&pool)
+    .await
+    .expect("running");
+    sqlx::query(
+        "update task_instance set status = 'FAILED', available_at = now() - interval '1 second' \
+         where task_id = 't' and window_key > 'w000150'",
+    )
+    .execute(&pool)
+    .await
+    .expect("failed");
+
+    let mut passes = Vec::new();
+    for node in ["a", "b"] {
+        for _ in 0..3 {
+            let s = RetryScanner::new(
+                pool.clone(),
+                RetryScannerConfig {
+                    node_id: node.to_owned(),
+                    interval: Duration::from_millis(10),
+                    batch_size: 20,
+                },
+                Heartbeats::default(),
+            );
+            let r = TimeoutReaper::new(
+                pool.clone(),
+                TimeoutReaperConfig {
+                    node_id: node.to_owned(),
+                    interval: Duration::from_millis(10),
+                    batch_size: 20,
+                },
+                Heartbeats::default(),
+            );
+            passes.push(tokio::spawn(async move {
+                let mut n = 0;
+                for _ in 0..20 {
+                    n += s.run_once().await.expect("scan").num_retried;
+                    n += r.run_once().await.expect("reap").num_reaped;
+                }
+                n
+            }));
+        }
+    }
+    let mut total = 0;
+    for p in passes {
+        total += p.await.expect("pass");
+    }
+    // Every reaped instance became FAILED with a backoff, so 150 retries + 150 reaps happened.
+    assert!(total >= 300, "{total}");
+    let dupes: i64 = sqlx::query_scalar(
+        "select count(*) from (select instance_id, attempt, from_status, to_status from instance_events \
+         group by 1, 2, 3, 4 having count(*) > 1) d",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("dupes");
+    assert_eq!(dupes, 0, "no transition applied twice for one attempt");
+    let reaped: i64 = sqlx::query_scalar("select count(*) from instance_events where from_status = 'RUNNING' and to_status = 'FAILED'")
+        .fetch_one(&pool)
+        .await
+        .expect("reaped");
+    assert_eq!(reaped, 150);
+}
+
+#[sqlx::test]
+async fn a_long_poll_returns_soon_after_a_window_becomes_due(pool: PgPool) {
+    let mut opts = Options::api_only("lp");
+    let mut trig = kairos::services::trigger_loop::TriggerLoopConfig::new("lp");
+    trig.max_sleep = Duration::from_secs(30);
+    opts.trigger = Some(trig);
+    let app = TestApp::spawn_opts(pool.clone(), opts).await;
+    let (status, _) = json(
+        app.put("/v1/tasks/soon", json!({"agent_id": "lpa", "trigger": {"type": "interval", "every_seconds": 3}, "execution": {"overlap": "queue"}}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (_, task) = json(app.get("/v1/tasks/soon").await).await;
+    let due: chrono::DateTime<chrono::Utc> = task["next_fire_at"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("next");
+    let started = Instant::now();
+    let got = claim(&app, "lpa", "w", 1, json!({"wait_seconds": 10})).await;
+    let waited = started.elapsed();
+    assert_eq!(got.len(), 1, "the long poll got the window");
+    let received = kairos::store::now(&pool).await.expect("now");
+    let lag = (received - due).num_milliseconds();
+    assert!(got[0]["window_key"] == kairos::domain::schedule::window_key(due));
+    assert!(
+        lag < 1000,
+        "returned {lag} ms after the window was due (waited {waited:?})"
+    );
+    app.shutdown().await;
+}
+
+#[sqlx::test]
+async fn a_long_poll_with_nothing_to_do_returns_empty_after_wait_seconds(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let started = Instant::now();
+    let got = claim(&app, "idle", "w", 1, json!({"wait_seconds": 1})).await;
+    assert!(got.is_empty());
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(900), "{waited:?}");
+}
+
+#[sqlx::test]
+async fn bad_claims_name_the_field(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let cases = [
+        (json!({"worker_id": "w"}), "agent_id"),
+        (json!({"agent_id": "a"}), "worker_id"),
+        (
+            json!({"agent_id": "a", "worker_id": "w", "max_instances": 0}),
+            "max_instances",
+        ),
+        (
+            json!({"agent_id": "a", "worker_id": "w", "max_instances": 101}),
+            "max_instances",
+        ),
+        (
+            json!({"agent_id": "a", "worker_id": "w", "lease_seconds": 0}),
+            "lease_seconds",
+        ),
+        (
+            json!({"agent_id": "a", "worker_id": "w", "wait_seconds": 31}),
+            "wait_seconds",
+        ),
+        (
+            json!({"agent_id": "a", "worker_id": "w", "colour": 1}),
+            "colour",
+        ),
+        (json!({"agent_id": "a b", "worker_id": "w"}), "agent_id"),
+    ];
+    let mut seen = HashMap::new();
+    for (body, field) in cases {
+        let (status, problem) = json(app.post("/v1/claims", body.clone()).await).await;
+        assert_eq!(status, 422, "{body} -> {problem}");
+        assert_eq!(problem["errors"][0]["field"], field, "{body}");
+        seen.insert(field, true);
+    }
+    assert!(seen.len() >= 6);
+}
