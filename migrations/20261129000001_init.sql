@@ -20,6 +20,8 @@ create table tasks (
     paused               boolean not null default false,
     paused_reason        text,
     paused_at            timestamptz,
+    -- When an open circuit resumes on its own (circuit_breaker.cooldown_seconds); null otherwise.
+    resume_at            timestamptz,
     -- The next window the trigger loop must materialise; null when the schedule has none.
     next_fire_at         timestamptz,
     -- The newest window the trigger loop materialised (or recorded as skipped).
@@ -35,6 +37,8 @@ create table tasks (
 create index tasks_due_idx on tasks (next_fire_at) where not paused and next_fire_at is not null;
 create index tasks_agent_idx on tasks (agent_id, id);
 create index tasks_upstream_idx on tasks (upstream_task_id) where upstream_task_id is not null;
+-- Circuit breakers whose cooldown ends.
+create index tasks_resume_idx on tasks (resume_at) where paused and resume_at is not null;
 
 create table task_instance (
     id                     uuid primary key,

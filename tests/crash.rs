@@ -117,7 +117,9 @@ async fn a_replica_killed_with_sigkill_leaves_nothing_stuck(pool: PgPool) {
         .put(
             "/v1/tasks/crashy",
             json!({"agent_id": "ag", "trigger": {"type": "manual"},
-                   "execution": {"concurrency_limit": 10, "retry_backoff": {"base_seconds": 1, "max_seconds": 1, "jitter": 0}}}),
+                   "execution": {"concurrency_limit": 10, "retry_backoff": {"base_seconds": 1, "max_seconds": 1, "jitter": 0}},
+                   // Five reaped leases are five failed attempts: keep the breaker out of this test.
+                   "circuit_breaker": {"failure_threshold": 100}}),
         )
         .await;
     assert_eq!(status, 201, "{body}");

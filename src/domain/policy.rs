@@ -23,6 +23,8 @@ pub enum SkipReason {
     Missed,
     /// `concurrency_limit` unfinished instances already exist; names the oldest blocking window.
     Overlap { blocking_window: String },
+    /// Overlap `replace`: a newer window in the same pass took its place before it was written.
+    Replaced { by_window: String },
 }
 
 impl SkipReason {
@@ -33,6 +35,9 @@ impl SkipReason {
             SkipReason::Overlap { blocking_window } => {
                 format!("overlap: window {blocking_window} still unfinished")
             }
+            SkipReason::Replaced { by_window } => {
+                format!("overlap: replaced by window {by_window}")
+            }
         }
     }
 
@@ -40,7 +45,7 @@ impl SkipReason {
     pub fn label(&self) -> &'static str {
         match self {
             SkipReason::Missed => "missed",
-            SkipReason::Overlap { .. } => "overlap",
+            SkipReason::Overlap { .. } | SkipReason::Replaced { .. } => "overlap",
         }
     }
 }
@@ -140,11 +145,43 @@ pub fn plan_due_windows(
     candidates.extend(on_time.into_iter().map(|w| (w, Source::Schedule, true)));
 
     // 3. Overlap policy decides whether each running window may start next to the unfinished ones.
-    let mut live: VecDeque<String> = unfinished.iter().cloned().collect();
+    let (windows, cancel) = apply_overlap(exec, candidates, unfinished);
+    plan.windows = windows;
+    plan.cancel = cancel;
+    plan
+}
+
+/// A window that is unfinished while the overlap policy runs: one already in the database, or
+/// one planned earlier in the same call (by its index in the output).
+enum Live {
+    Stored(String),
+    Planned(usize, String),
+}
+
+impl Live {
+    fn key(&self) -> &str {
+        match self {
+            Live::Stored(k) | Live::Planned(_, k) => k,
+        }
+    }
+}
+
+/// Apply the overlap policy to candidate windows `(scheduled_at, source, runs)` in window order,
+/// next to the task's `unfinished` window keys (oldest first). Candidates with `runs == false`
+/// are recorded as missed. Returns the windows to write and the stored window keys to cancel
+/// (`replace`); a window planned in the same call and then replaced is written SKIPPED instead.
+pub fn apply_overlap(
+    exec: &Execution,
+    candidates: Vec<(DateTime<Utc>, Source, bool)>,
+    unfinished: &[String],
+) -> (Vec<PlannedWindow>, Vec<String>) {
+    let mut out: Vec<PlannedWindow> = Vec::with_capacity(candidates.len());
+    let mut cancel = Vec::new();
+    let mut live: VecDeque<Live> = unfinished.iter().cloned().map(Live::Stored).collect();
     let limit = usize::try_from(exec.concurrency_limit.max(1)).unwrap_or(1);
     for (w, source, runs) in candidates {
         if !runs {
-            plan.windows.push(PlannedWindow {
+            out.push(PlannedWindow {
                 scheduled_at: w,
                 source,
                 skip: Some(SkipReason::Missed),
@@ -155,13 +192,21 @@ pub fn plan_due_windows(
         let skip = match exec.overlap {
             Overlap::Skip if live.len() >= limit => {
                 live.front().map(|blocking| SkipReason::Overlap {
-                    blocking_window: blocking.clone(),
+                    blocking_window: blocking.key().to_owned(),
                 })
             }
             Overlap::Replace => {
                 while live.len() >= limit {
-                    if let Some(oldest) = live.pop_front() {
-                        plan.cancel.push(oldest);
+                    match live.pop_front() {
+                        Some(Live::Stored(oldest)) => cancel.push(oldest),
+                        Some(Live::Planned(i, _)) => {
+                            if let Some(p) = out.get_mut(i) {
+                                p.skip = Some(SkipReason::Replaced {
+                                    by_window: key.clone(),
+                                });
+                            }
+                        }
+                        None => break,
                     }
                 }
                 None
@@ -169,15 +214,15 @@ pub fn plan_due_windows(
             _ => None,
         };
         if skip.is_none() {
-            live.push_back(key);
+            live.push_back(Live::Planned(out.len(), key));
         }
-        plan.windows.push(PlannedWindow {
+        out.push(PlannedWindow {
             scheduled_at: w,
             source,
             skip,
         });
     }
-    plan
+    (out, cancel)
 }
 
 #[cfg(test)]
@@ -342,6 +387,34 @@ mod tests {
         );
         assert_eq!(plan.cancel, vec!["2026-11-29T08:29:59Z".to_owned()]);
         assert!(plan.windows[0].skip.is_none());
+    }
+
+    #[test]
+    fn overlap_replace_within_one_pass_keeps_only_the_newest_window_running() {
+        let plan = plan_due_windows(
+            &every_second(),
+            &exec(Overlap::Replace, Catchup::Skip, 1, 60),
+            t("2026-11-29T08:30:00Z"),
+            t("2026-11-29T08:30:02Z"),
+            &["2026-11-29T08:29:59Z".to_owned()],
+        );
+        assert_eq!(plan.cancel, vec!["2026-11-29T08:29:59Z".to_owned()]);
+        assert_eq!(
+            summary(&plan),
+            vec![
+                (
+                    "08:30:00".to_owned(),
+                    "schedule",
+                    Some("overlap: replaced by window 2026-11-29T08:30:01Z".to_owned())
+                ),
+                (
+                    "08:30:01".to_owned(),
+                    "schedule",
+                    Some("overlap: replaced by window 2026-11-29T08:30:02Z".to_owned())
+                ),
+                ("08:30:02".to_owned(), "schedule", None),
+            ]
+        );
     }
 
     #[test]

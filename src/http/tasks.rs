@@ -6,6 +6,11 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
+
+use super::extract::{body_object, int_field, string_field};
+use super::instances::instance_json;
+use crate::domain::task::{MAX_CONTEXT_BYTES, parse_timestamp};
+use crate::store::instances::{self as store_instances, ManualTrigger};
 use serde_json::{Value, json};
 
 use super::error::ApiError;
@@ -17,6 +22,12 @@ use crate::store::{self, tasks as store_tasks};
 
 /// Most windows or fire times one preview returns.
 pub const MAX_PREVIEW_COUNT: i64 = 1000;
+/// Most windows one backfill call may cover.
+pub const MAX_BACKFILL_WINDOWS: usize = 10_000;
+/// Longest delay of a delayed run: one year.
+pub const MAX_DELAY_SECONDS: i64 = 366 * 86_400;
+/// Longest caller-chosen window key.
+pub const MAX_WINDOW_KEY_LEN: usize = 256;
 /// Longest pause reason kept.
 const MAX_REASON_LEN: usize = 1024;
 
@@ -29,6 +40,8 @@ pub fn routes(t: RouteTable) -> RouteTable {
         .add("post", "/v1/tasks/{id}/resume", post(resume_task))
         .add("get", "/v1/tasks/{id}/preview", get(preview_task))
         .add("get", "/v1/cron/preview", get(preview_cron))
+        .add("post", "/v1/tasks/{id}/trigger", post(trigger_task))
+        .add("post", "/v1/tasks/{id}/backfill", post(backfill_task))
 }
 
 /// The task as the API shows it: the spec (secrets removed) plus the read-only fields.
@@ -277,4 +290,140 @@ async fn preview_cron(
         "timezone": timezone,
         "fire_times": out,
     })))
+}
+
+async fn trigger_task(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let m = body_object(body, &["window_key", "delay_seconds", "run_at", "context"])?;
+    let window_key = string_field(&m, "window_key", false, MAX_WINDOW_KEY_LEN)?;
+    if let Some(k) = &window_key
+        && (k.is_empty() || k.chars().any(char::is_control))
+    {
+        return Err(ApiError::invalid(
+            "window_key",
+            "must be 1-256 characters without control characters",
+        ));
+    }
+    let delay_seconds = match m.get("delay_seconds") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(int_field(&m, "delay_seconds", 0, 0, MAX_DELAY_SECONDS)?),
+    };
+    let run_at = match m.get("run_at") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(parse_timestamp(s).ok_or_else(|| {
+            ApiError::invalid(
+                "run_at",
+                "must be an RFC 3339 timestamp, e.g. 2026-11-29T08:30:00Z",
+            )
+        })?),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "run_at",
+                "must be an RFC 3339 timestamp string",
+            ));
+        }
+    };
+    if run_at.is_some() && delay_seconds.is_some() {
+        return Err(ApiError::invalid(
+            "run_at",
+            "give run_at or delay_seconds, not both",
+        ));
+    }
+    let context = match m.get("context") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(o)) => {
+            let size = serde_json::to_vec(o).map(|v| v.len()).unwrap_or(usize::MAX);
+            if size > MAX_CONTEXT_BYTES {
+                return Err(ApiError::invalid(
+                    "context",
+                    format!("is {size} bytes serialized; at most {MAX_CONTEXT_BYTES} allowed"),
+                ));
+            }
+            Some(Value::Object(o.clone()))
+        }
+        Some(_) => return Err(ApiError::invalid("context", "must be a JSON object")),
+    };
+    let trigger = ManualTrigger {
+        window_key,
+        run_at,
+        delay_seconds,
+        context,
+    };
+    let (created, inst) = store_instances::trigger_instance(&state.pool, &id, &trigger, "api")
+        .await
+        .map_err(|e| not_found_task(e, &id))?;
+    if created {
+        tracing::info!(task_id = %id, window_key = %inst.window_key, instance_id = %inst.id, available_at = %format_instant(inst.available_at), "manual run created");
+    } else {
+        tracing::info!(task_id = %id, window_key = %inst.window_key, instance_id = %inst.id, reason = "window already exists", "manual run conflict");
+    }
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(instance_json(&inst))).into_response())
+}
+
+async fn backfill_task(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let m = body_object(body, &["from", "to", "dry_run"])?;
+    let stamp = |key: &str| -> Result<chrono::DateTime<chrono::Utc>, ApiError> {
+        match m.get(key) {
+            Some(Value::String(s)) => parse_timestamp(s).ok_or_else(|| {
+                ApiError::invalid(
+                    key,
+                    "must be an RFC 3339 timestamp, e.g. 2026-11-29T08:30:00Z",
+                )
+            }),
+            None | Some(Value::Null) => Err(ApiError::invalid(key, "is required")),
+            Some(_) => Err(ApiError::invalid(
+                key,
+                "must be an RFC 3339 timestamp string",
+            )),
+        }
+    };
+    let from = stamp("from")?;
+    let to = stamp("to")?;
+    if to <= from {
+        return Err(ApiError::invalid("to", "must be after from"));
+    }
+    let dry_run = match m.get("dry_run") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(ApiError::invalid("dry_run", "must be a boolean")),
+    };
+    let report = store_instances::backfill(
+        &state.pool,
+        &id,
+        from,
+        to,
+        dry_run,
+        MAX_BACKFILL_WINDOWS,
+        "backfill",
+    )
+    .await
+    .map_err(|e| not_found_task(e, &id))?;
+    tracing::info!(task_id = %id, from = %format_instant(from), to = %format_instant(to), dry_run, created = report.created, existing = report.existing, skipped = report.skipped, cancelled = report.cancelled, "backfill");
+    let mut out = json!({
+        "dry_run": dry_run,
+        "created": report.created,
+        "existing": report.existing,
+        "skipped": report.skipped,
+        "cancelled": report.cancelled,
+    });
+    if dry_run {
+        out["windows"] = report
+            .windows
+            .iter()
+            .map(|(k, o)| json!({"window_key": k, "outcome": o}))
+            .collect();
+    }
+    Ok(Json(out))
 }

@@ -1,7 +1,8 @@
 //! The retry scanner: FAILED instances whose backoff has passed go back to PENDING with
 //! `attempt + 1`. Each pass moves a bounded batch (the rate limit that keeps a recovering
 //! downstream from being hit by every failed instance at once); several replicas may scan at
-//! once, each transition being a compare-and-swap on rows locked with `SKIP LOCKED`.
+//! once, each transition being a compare-and-swap on rows locked with `SKIP LOCKED`. The same
+//! pass resumes tasks whose circuit-breaker cooldown has ended.
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::{Heartbeats, run_periodic};
-use crate::store::{self, instances, map_db_error};
+use crate::store::{self, instances, map_db_error, tasks};
 
 pub const LOOP_NAME: &str = "retry_scanner";
 
@@ -35,6 +36,8 @@ impl RetryScannerConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RetryReport {
     pub num_retried: usize,
+    /// Tasks whose circuit-breaker cooldown ended and that were resumed (half-open).
+    pub num_resumed: usize,
 }
 
 pub struct RetryScanner {
@@ -57,6 +60,7 @@ impl RetryScanner {
         let actor = format!("retry_scanner:{}", self.config.node_id);
         let mut tx = self.pool.begin().await.map_err(map_db_error)?;
         let moved = instances::retry_due(&mut tx, self.config.batch_size, &actor).await?;
+        let resumed = tasks::resume_cooled_down(&mut tx, self.config.batch_size).await?;
         tx.commit().await.map_err(map_db_error)?;
         for m in &moved {
             tracing::info!(task_id = %m.task_id, window_key = %m.window_key, instance_id = %m.id, attempt = %m.status, reason = "backoff elapsed", "instance retried");
@@ -64,6 +68,7 @@ impl RetryScanner {
         metrics::counter!("kairos_retries_total").increment(moved.len() as u64);
         Ok(RetryReport {
             num_retried: moved.len(),
+            num_resumed: resumed.len(),
         })
     }
 

@@ -581,8 +581,64 @@ pub async fn complete(
     };
     let inst: Instance = row.try_into()?;
     notify_if_queued(&mut tx, &inst.task_id).await?;
+    trigger_dependents(&mut tx, &inst, result).await?;
     tx.commit().await.map_err(map_db_error)?;
     Ok(inst)
+}
+
+/// `sha256:<hex>` of a result's JSON text (`null` when there is none): what a downstream
+/// instance records of its upstream's output, so a chained task can check what it built on.
+pub fn result_digest(result: Option<&Value>) -> String {
+    use sha2::{Digest, Sha256};
+    let text = result
+        .map(Value::to_string)
+        .unwrap_or_else(|| "null".to_owned());
+    let hash = Sha256::digest(text.as_bytes());
+    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// In the transaction of an upstream SUCCESS: insert the same window for every unpaused task
+/// that runs `after` it (`source = dependency`), recording the upstream instance and its result
+/// digest. The unique window key makes a re-run of the upstream window trigger nothing more.
+async fn trigger_dependents(
+    conn: &mut PgConnection,
+    upstream: &Instance,
+    result: Option<&Value>,
+) -> Result<()> {
+    let digest = result_digest(result);
+    let reason = format!("dependency: upstream instance {} succeeded", upstream.id);
+    let created: Vec<(Uuid, String, String)> = sqlx::query_as(
+        "with d as (              select id, agent_id, spec from tasks where upstream_task_id = $1 and not paused          ), ins as (              insert into task_instance (id, task_id, window_key, scheduled_at, status, source,                  agent_id, max_attempts, available_at, upstream_instance_id, upstream_result_digest)              select gen_random_uuid(), d.id, $2, $3, 'PENDING', 'dependency', d.agent_id,                  coalesce((d.spec->'execution'->>'max_retries')::int, 3) + 1, now(), $4, $5              from d              on conflict (task_id, window_key) do nothing              returning id, task_id, agent_id          ), ev as (              insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason)              select id, 1, null, 'PENDING', 'dependency', $6 from ins          )          select id, task_id, agent_id from ins",
+    )
+    .bind(&upstream.task_id)
+    .bind(&upstream.window_key)
+    .bind(upstream.scheduled_at)
+    .bind(upstream.id)
+    .bind(&digest)
+    .bind(&reason)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    let mut agents: Vec<&str> = created.iter().map(|c| c.2.as_str()).collect();
+    agents.sort_unstable();
+    agents.dedup();
+    for agent in agents {
+        notify_work(conn, agent).await?;
+    }
+    for (id, task_id, _) in &created {
+        tracing::info!(task_id = %task_id, window_key = %upstream.window_key, instance_id = %id, upstream_task_id = %upstream.task_id, upstream_instance_id = %upstream.id, "dependent window materialised");
+    }
+    let paused: Vec<String> =
+        sqlx::query_scalar("select id from tasks where upstream_task_id = $1 and paused")
+            .bind(&upstream.task_id)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map_db_error)?;
+    for task_id in paused {
+        tracing::info!(task_id = %task_id, window_key = %upstream.window_key, upstream_task_id = %upstream.task_id, reason = "task paused", "dependent window not materialised");
+    }
+    Ok(())
 }
 
 /// A finished RUNNING slot may unblock queued work of the same task: wake its agent's waiters,
@@ -724,7 +780,15 @@ pub async fn record_failures(
     .fetch_all(&mut *conn)
     .await
     .map_err(map_db_error)?;
-    rows.into_iter().map(Instance::try_from).collect()
+    let written: Vec<Instance> = rows
+        .into_iter()
+        .map(Instance::try_from)
+        .collect::<Result<_>>()?;
+    let mut tasks: Vec<&str> = written.iter().map(|i| i.task_id.as_str()).collect();
+    tasks.sort_unstable();
+    tasks.dedup();
+    super::tasks::open_circuits(conn, &tasks).await?;
+    Ok(written)
 }
 
 /// FAILED instances whose backoff has passed → PENDING with `attempt + 1`, at most `limit` per
@@ -935,4 +999,253 @@ pub async fn fail(
     notify_if_queued(&mut tx, &inst.task_id).await?;
     tx.commit().await.map_err(map_db_error)?;
     Ok(inst)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Manual triggers and backfills.
+
+/// A run asked for over the API.
+#[derive(Debug, Clone, Default)]
+pub struct ManualTrigger {
+    /// Caller-chosen key; `manual:<uuid>` when absent.
+    pub window_key: Option<String>,
+    /// When it may be claimed; now when absent.
+    pub run_at: Option<DateTime<Utc>>,
+    pub delay_seconds: Option<i64>,
+    /// Merged over the task's context (top-level keys) at claim time.
+    pub context: Option<Value>,
+}
+
+pub async fn get_instance_by_window(pool: &PgPool, task_id: &str, key: &str) -> Result<Instance> {
+    let row: InstanceRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {INSTANCE_COLUMNS} from task_instance where task_id = $1 and window_key = $2"
+    )))
+    .bind(task_id)
+    .bind(key)
+    .fetch_optional(pool)
+    .await
+    .map_err(map_db_error)?
+    .ok_or(Error::NotFound)?;
+    row.try_into()
+}
+
+/// Create a manual (or delayed) instance of `task_id`, or find the one with the same key.
+/// Returns whether it was created. Manual runs are not subject to overlap skips (someone asked
+/// for this run); the concurrency limit still holds at claim time.
+pub async fn trigger_instance(
+    pool: &PgPool,
+    task_id: &str,
+    t: &ManualTrigger,
+    actor: &str,
+) -> Result<(bool, Instance)> {
+    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let row: Option<(Json<Value>, DateTime<Utc>)> =
+        sqlx::query_as("select spec, now() from tasks where id = $1")
+            .bind(task_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_db_error)?;
+    let (spec, now) = row.ok_or(Error::NotFound)?;
+    let spec: crate::domain::task::TaskSpec =
+        serde_json::from_value(spec.0).map_err(|e| Error::Corrupt(format!("tasks.spec: {e}")))?;
+    let at = match (t.run_at, t.delay_seconds) {
+        (Some(at), _) => at,
+        (None, Some(d)) => now + chrono::Duration::seconds(d),
+        (None, None) => now,
+    };
+    let key = t
+        .window_key
+        .clone()
+        .unwrap_or_else(|| format!("manual:{}", Uuid::new_v4()));
+    let report = insert_windows(
+        &mut tx,
+        &[NewInstance {
+            task_id: task_id.to_owned(),
+            window_key: key.clone(),
+            scheduled_at: at,
+            status: InstanceStatus::Pending,
+            source: Source::Manual,
+            agent_id: spec.agent_id.clone(),
+            max_attempts: spec.execution.max_attempts(),
+            available_at: at,
+            skip_reason: None,
+            context_override: t.context.clone(),
+        }],
+        actor,
+    )
+    .await?;
+    let created = !report.created.is_empty();
+    if created && at <= now {
+        notify_work(&mut tx, &spec.agent_id).await?;
+    }
+    tx.commit().await.map_err(map_db_error)?;
+    let inst = get_instance_by_window(pool, task_id, &key).await?;
+    Ok((created, inst))
+}
+
+/// What a backfill did (or, in a dry run, would do) to each window.
+#[derive(Debug, Clone, Default)]
+pub struct BackfillReport {
+    /// `(window_key, outcome)`: `exists`, `created`, `skipped: <reason>` (or `would_…`).
+    pub windows: Vec<(String, String)>,
+    pub created: usize,
+    pub existing: usize,
+    /// Of the created windows, those recorded SKIPPED by the overlap policy.
+    pub skipped: usize,
+    pub cancelled: usize,
+}
+
+/// Materialise the schedule's windows in `[from, to)` (`source = backfill`), idempotently and
+/// under the task's overlap policy. The task row is locked for the duration, so concurrent
+/// backfills and the trigger loop take turns and every window is inserted once.
+pub async fn backfill(
+    pool: &PgPool,
+    task_id: &str,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    dry_run: bool,
+    max_windows: usize,
+    actor: &str,
+) -> Result<BackfillReport> {
+    use crate::domain::policy::{SkipReason, apply_overlap};
+    use crate::domain::schedule::{Schedule, window_key};
+    use crate::domain::task::{FieldError, TaskSpec};
+
+    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let spec: Option<Json<Value>> =
+        sqlx::query_scalar("select spec from tasks where id = $1 for update")
+            .bind(task_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_db_error)?;
+    let spec: TaskSpec = serde_json::from_value(spec.ok_or(Error::NotFound)?.0)
+        .map_err(|e| Error::Corrupt(format!("tasks.spec: {e}")))?;
+    let schedule = spec
+        .trigger
+        .schedule()
+        .map_err(|e| Error::Corrupt(e.to_string()))?;
+    if matches!(schedule, Schedule::None) {
+        return Err(Error::Invalid(FieldError::new(
+            "",
+            format!(
+                "a {} task has no schedule to backfill; use POST /v1/tasks/{task_id}/trigger",
+                spec.trigger.type_name()
+            ),
+        )));
+    }
+    let mut windows = Vec::new();
+    let mut cursor = schedule.next_at_or_after(from);
+    while let Some(w) = cursor {
+        if w >= to {
+            break;
+        }
+        if windows.len() >= max_windows {
+            return Err(Error::Invalid(FieldError::new(
+                "to",
+                format!("the range holds more than {max_windows} windows; backfill it in parts"),
+            )));
+        }
+        windows.push(w);
+        cursor = schedule.next_after(w);
+    }
+    let keys: Vec<String> = windows.iter().map(|w| window_key(*w)).collect();
+    let existing: Vec<String> = sqlx::query_scalar(
+        "select window_key from task_instance where task_id = $1 and window_key = any($2)",
+    )
+    .bind(task_id)
+    .bind(&keys)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(map_db_error)?;
+    let existing: std::collections::HashSet<String> = existing.into_iter().collect();
+    let unfinished = unfinished_windows(&mut tx, &[task_id])
+        .await?
+        .remove(task_id)
+        .unwrap_or_default();
+    let candidates: Vec<(DateTime<Utc>, Source, bool)> = windows
+        .iter()
+        .filter(|w| !existing.contains(&window_key(**w)))
+        .map(|w| (*w, Source::Backfill, true))
+        .collect();
+    let (planned, cancel) = apply_overlap(&spec.execution, candidates, &unfinished);
+
+    let mut report = BackfillReport {
+        existing: existing.len(),
+        ..BackfillReport::default()
+    };
+    let prefix = if dry_run { "would_" } else { "" };
+    let mut outcome: HashMap<String, String> = existing
+        .iter()
+        .map(|k| (k.clone(), "exists".to_owned()))
+        .collect();
+    for p in &planned {
+        let text = match &p.skip {
+            None => format!("{prefix}create"),
+            Some(r) => format!("{prefix}skip: {}", r.as_text()),
+        };
+        outcome.insert(window_key(p.scheduled_at), text);
+    }
+    if !dry_run {
+        if !cancel.is_empty() {
+            let newest = planned
+                .iter()
+                .rev()
+                .find(|p| p.skip.is_none())
+                .map(|p| window_key(p.scheduled_at))
+                .unwrap_or_default();
+            let reason = format!("overlap replace: superseded by window {newest}");
+            report.cancelled = cancel_windows(&mut tx, task_id, &cancel, actor, &reason)
+                .await?
+                .len();
+        }
+        let rows: Vec<NewInstance> = planned
+            .iter()
+            .map(|p| NewInstance {
+                task_id: task_id.to_owned(),
+                window_key: window_key(p.scheduled_at),
+                scheduled_at: p.scheduled_at,
+                status: if p.skip.is_some() {
+                    InstanceStatus::Skipped
+                } else {
+                    InstanceStatus::Pending
+                },
+                source: Source::Backfill,
+                agent_id: spec.agent_id.clone(),
+                max_attempts: spec.execution.max_attempts(),
+                available_at: p.scheduled_at,
+                skip_reason: p.skip.as_ref().map(SkipReason::as_text),
+                context_override: None,
+            })
+            .collect();
+        for chunk in rows.chunks(1000) {
+            let r = insert_windows(&mut tx, chunk, actor).await?;
+            for c in &r.created {
+                report.created += 1;
+                if c.status == InstanceStatus::Skipped.as_str() {
+                    report.skipped += 1;
+                }
+            }
+            for (_, key) in r.conflicts {
+                // Created meanwhile by a manual trigger with the same key.
+                report.existing += 1;
+                outcome.insert(key, "exists".to_owned());
+            }
+        }
+        if report.created > report.skipped {
+            notify_work(&mut tx, &spec.agent_id).await?;
+        }
+        tx.commit().await.map_err(map_db_error)?;
+    } else {
+        report.created = planned.len();
+        report.skipped = planned.iter().filter(|p| p.skip.is_some()).count();
+        tx.rollback().await.map_err(map_db_error)?;
+    }
+    report.windows = keys
+        .into_iter()
+        .map(|k| {
+            let o = outcome.remove(&k).unwrap_or_default();
+            (k, o)
+        })
+        .collect();
+    Ok(report)
 }

@@ -254,6 +254,7 @@ pub async fn upsert_task(
                      upstream_task_id = $5, next_fire_at = $6, paused = $7, \
                      paused_reason = case when $7 then coalesce(paused_reason, 'paused by task definition') end, \
                      paused_at = case when $7 then coalesce(paused_at, now()) end, \
+                     resume_at = case when $7 then resume_at end, \
                      version = version + 1, updated_at = now() \
                  where id = $1",
             )
@@ -292,6 +293,7 @@ pub async fn delete_task(pool: &PgPool, id: &str, actor: &str) -> Result<u64> {
     }
     let cancelled =
         super::instances::cancel_unstarted_of_task(&mut tx, id, actor, "task deleted").await?;
+    orphan_dependents(&mut tx, id).await?;
     notify_task_changed(&mut tx, id).await?;
     tx.commit().await.map_err(map_db_error)?;
     Ok(cancelled)
@@ -301,7 +303,7 @@ pub async fn delete_task(pool: &PgPool, id: &str, actor: &str) -> Result<u64> {
 /// Pausing a paused task only updates the reason.
 pub async fn pause_task(pool: &PgPool, id: &str, reason: &str) -> Result<Task> {
     let row: TaskRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "update tasks set paused = true, paused_reason = $2, \
+        "update tasks set paused = true, paused_reason = $2, resume_at = null, \
              paused_at = coalesce(paused_at, now()), version = version + 1, updated_at = now() \
          where id = $1 returning {TASK_COLUMNS}"
     )))
@@ -330,7 +332,8 @@ pub async fn resume_task(pool: &PgPool, id: &str) -> Result<Task> {
     let next_fire_at = resumed_fire_at(&current.spec.trigger, now)?;
     sqlx::query(
         "update tasks set paused = false, paused_reason = null, paused_at = null, \
-             next_fire_at = $2, version = version + 1, updated_at = now() where id = $1",
+             resume_at = null, consecutive_failures = 0, next_fire_at = $2, \
+             version = version + 1, updated_at = now() where id = $1",
     )
     .bind(id)
     .bind(next_fire_at)
@@ -444,4 +447,103 @@ pub async fn earliest_fire_at(pool: &PgPool) -> Result<(Option<DateTime<Utc>>, D
     .fetch_one(pool)
     .await
     .map_err(map_db_error)
+}
+
+/// Open the circuit of every task in `task_ids` whose consecutive failed attempts reached its
+/// `circuit_breaker.failure_threshold`: pause it with the reason, and schedule the automatic
+/// resume when `cooldown_seconds` is set. Returns the ids of tasks whose circuit opened.
+pub async fn open_circuits(conn: &mut PgConnection, task_ids: &[&str]) -> Result<Vec<String>> {
+    if task_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let opened: Vec<(String, i32, Option<DateTime<Utc>>)> = sqlx::query_as(
+        "update tasks set paused = true, \
+             paused_reason = 'circuit open: ' || consecutive_failures || ' consecutive failed attempts', \
+             paused_at = now(), \
+             resume_at = case when spec->'circuit_breaker'->>'cooldown_seconds' is not null \
+                 then now() + make_interval(secs => (spec->'circuit_breaker'->>'cooldown_seconds')::float8) end, \
+             version = version + 1, updated_at = now() \
+         where id = any($1) and not paused \
+           and consecutive_failures >= coalesce((spec->'circuit_breaker'->>'failure_threshold')::int, 5) \
+         returning id, consecutive_failures, resume_at",
+    )
+    .bind(task_ids)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    for (id, failures, resume_at) in &opened {
+        metrics::counter!("kairos_circuit_opened_total").increment(1);
+        tracing::warn!(
+            task_id = %id,
+            consecutive_failures = failures,
+            resume_at = ?resume_at,
+            reason = "circuit open",
+            "task paused by its circuit breaker; its pending work is held"
+        );
+    }
+    Ok(opened.into_iter().map(|o| o.0).collect())
+}
+
+/// Resume up to `limit` tasks whose circuit cooldown has ended. The circuit is then half-open:
+/// `consecutive_failures` is kept, so the next failed attempt opens it again and a success
+/// closes it. Returns `(task id, agent id)` of each resumed task.
+pub async fn resume_cooled_down(
+    conn: &mut PgConnection,
+    limit: i64,
+) -> Result<Vec<(String, String)>> {
+    let rows: Vec<DueRow> = sqlx::query_as(
+        "select id, spec, now() as next_fire_at from tasks \
+         where paused and resume_at is not null and resume_at <= now() \
+         order by resume_at limit $1 for update skip locked",
+    )
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    let mut resumed = Vec::with_capacity(rows.len());
+    for row in rows {
+        let spec: TaskSpec = match serde_json::from_value(row.spec.0) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(task_id = %row.id, reason = %e, "stored task definition unreadable; leaving it paused");
+                continue;
+            }
+        };
+        let next = resumed_fire_at(&spec.trigger, row.next_fire_at)?;
+        sqlx::query(
+            "update tasks set paused = false, paused_reason = null, paused_at = null, \
+                 resume_at = null, next_fire_at = $2, version = version + 1, updated_at = now() \
+             where id = $1",
+        )
+        .bind(&row.id)
+        .bind(next)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_db_error)?;
+        notify_task_changed(conn, &row.id).await?;
+        super::instances::notify_work(conn, &spec.agent_id).await?;
+        tracing::info!(task_id = %row.id, next_fire_at = ?next, reason = "circuit cooldown ended", "task resumed (half-open)");
+        resumed.push((row.id, spec.agent_id));
+    }
+    Ok(resumed)
+}
+
+/// Pause the tasks that depend on `upstream` (deleted): they could never fire again, and an
+/// operator must see why rather than find them silently orphaned.
+pub async fn orphan_dependents(conn: &mut PgConnection, upstream: &str) -> Result<Vec<String>> {
+    let ids: Vec<String> = sqlx::query_scalar(
+        "update tasks set paused = true, \
+             paused_reason = 'upstream task ' || upstream_task_id || ' was deleted', \
+             paused_at = coalesce(paused_at, now()), resume_at = null, \
+             version = version + 1, updated_at = now() \
+         where upstream_task_id = $1 returning id",
+    )
+    .bind(upstream)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    for id in &ids {
+        tracing::warn!(task_id = %id, upstream_task_id = %upstream, reason = "upstream deleted", "dependent task paused");
+    }
+    Ok(ids)
 }

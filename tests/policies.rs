@@ -1,0 +1,552 @@
+//! Scheduling policies against a real PostgreSQL: overlap replace, catch-up latest/all, manual
+//! and delayed runs, backfill, dependencies, and the circuit breaker.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{TestApp, eventually, json, windows};
+use kairos::services::Heartbeats;
+use kairos::services::retry_scanner::{RetryScanner, RetryScannerConfig};
+use kairos::services::trigger_loop::{TriggerLoop, TriggerLoopConfig};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+fn trigger(pool: &PgPool) -> TriggerLoop {
+    TriggerLoop::new(
+        pool.clone(),
+        TriggerLoopConfig::new("n1"),
+        Heartbeats::default(),
+    )
+}
+
+async fn claim(app: &TestApp, agent: &str, max: i64) -> Vec<Value> {
+    let (status, body) = json(
+        app.post(
+            "/v1/claims",
+            json!({"agent_id": agent, "worker_id": "w", "max_instances": max}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    body["instances"].as_array().cloned().unwrap_or_default()
+}
+
+async fn complete(app: &TestApp, i: &Value, result: Value) -> u16 {
+    let id = i["id"].as_str().unwrap_or("");
+    let (status, _) = json(
+        app.post(
+            &format!("/v1/instances/{id}/complete"),
+            json!({"lease_token": i["lease_token"], "result": result}),
+        )
+        .await,
+    )
+    .await;
+    status
+}
+
+async fn fail(app: &TestApp, i: &Value) -> Value {
+    let id = i["id"].as_str().unwrap_or("");
+    let (status, body) = json(
+        app.post(
+            &format!("/v1/instances/{id}/fail"),
+            json!({"lease_token": i["lease_token"], "error": "downstream down"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// Pretend the daemon was down: the task's next window is `secs` seconds in the past.
+async fn rewind(pool: &PgPool, task: &str, secs: i64) {
+    sqlx::query(
+        "update tasks set next_fire_at = date_trunc('second', now()) - make_interval(secs => $2) \
+         where id = $1",
+    )
+    .bind(task)
+    .bind(secs as f64)
+    .execute(pool)
+    .await
+    .expect("rewind");
+}
+
+#[sqlx::test]
+async fn overlap_replace_cancels_the_running_instance_and_fences_its_lease(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put(
+        "/v1/tasks/r",
+        json!({"agent_id": "ra", "trigger": {"type": "interval", "every_seconds": 1}, "execution": {"overlap": "replace"}}),
+    )
+    .await;
+    rewind(&pool, "r", 0).await;
+    trigger(&pool).run_once().await.expect("pass");
+    let old = claim(&app, "ra", 1).await.remove(0);
+
+    // The next window arrives while the old one still runs.
+    rewind(&pool, "r", 0).await;
+    sqlx::query(
+        "update tasks set next_fire_at = next_fire_at + interval '1 second' where id = 'r'",
+    )
+    .execute(&pool)
+    .await
+    .expect("next window");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let report = trigger(&pool).run_once().await.expect("pass");
+    assert_eq!(report.num_cancelled, 1, "{report:?}");
+    assert_eq!(
+        complete(&app, &old, json!({"by": "old"})).await,
+        409,
+        "old lease fenced"
+    );
+    let new = claim(&app, "ra", 1).await;
+    assert_eq!(new.len(), 1);
+    assert_ne!(new[0]["id"], old["id"]);
+    assert_eq!(complete(&app, &new[0], json!({"by": "new"})).await, 200);
+    let rows = windows(&pool, "r").await;
+    assert_eq!(rows[0].1, "CANCELLED");
+    assert_eq!(rows.last().map(|r| r.1.as_str()), Some("SUCCESS"));
+    // A window that came due in the same pass and was at once superseded is recorded, not lost.
+    for r in &rows[1..rows.len() - 1] {
+        assert_eq!(r.1, "SKIPPED");
+        assert!(
+            r.3.as_deref()
+                .unwrap_or("")
+                .starts_with("overlap: replaced by window"),
+            "{r:?}"
+        );
+    }
+}
+
+async fn catchup_outcome(
+    pool: &PgPool,
+    app: &TestApp,
+    id: &str,
+    policy: &str,
+) -> Vec<(String, String, String, Option<String>)> {
+    let (status, body) = json(
+        app.put(
+            &format!("/v1/tasks/{id}"),
+            json!({"agent_id": "ca", "trigger": {"type": "cron", "expr": "* * * * * *"},
+                   "execution": {"overlap": "queue", "catchup": policy, "misfire_grace_seconds": 0}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    // Down for five seconds.
+    rewind(pool, id, 5).await;
+    trigger(pool).run_once().await.expect("pass");
+    windows(pool, id).await
+}
+
+#[sqlx::test]
+async fn catch_up_skip_latest_and_all_after_five_seconds_down(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+
+    let skip = catchup_outcome(&pool, &app, "cu_skip", "skip").await;
+    let missed: Vec<_> = skip.iter().filter(|r| r.2 == "catchup").collect();
+    assert!(missed.len() >= 4, "{skip:?}");
+    assert!(
+        missed
+            .iter()
+            .all(|r| r.1 == "SKIPPED" && r.3.as_deref() == Some("missed"))
+    );
+
+    let latest = catchup_outcome(&pool, &app, "cu_latest", "latest").await;
+    let missed: Vec<_> = latest.iter().filter(|r| r.2 == "catchup").collect();
+    let ran: Vec<_> = missed.iter().filter(|r| r.1 == "PENDING").collect();
+    assert_eq!(ran.len(), 1, "latest runs exactly one: {latest:?}");
+    assert_eq!(
+        ran[0].0,
+        missed.last().map(|r| r.0.clone()).unwrap_or_default(),
+        "the newest"
+    );
+
+    let all = catchup_outcome(&pool, &app, "cu_all", "all").await;
+    let missed: Vec<_> = all.iter().filter(|r| r.2 == "catchup").collect();
+    assert!(missed.len() >= 4);
+    assert!(
+        missed.iter().all(|r| r.1 == "PENDING"),
+        "all runs each once: {all:?}"
+    );
+    let keys: std::collections::HashSet<&String> = all.iter().map(|r| &r.0).collect();
+    assert_eq!(keys.len(), all.len());
+}
+
+#[sqlx::test]
+async fn manual_trigger_with_one_key_creates_one_instance_and_delay_holds_it(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put(
+        "/v1/tasks/m",
+        json!({"agent_id": "ma", "trigger": {"type": "manual"}, "context": {"a": 1, "b": {"x": 1}}}),
+    )
+    .await;
+    let (s1, first) = json(
+        app.post(
+            "/v1/tasks/m/trigger",
+            json!({"window_key": "report-2026-11-29", "context": {"b": {"y": 2}}}),
+        )
+        .await,
+    )
+    .await;
+    let (s2, second) = json(
+        app.post(
+            "/v1/tasks/m/trigger",
+            json!({"window_key": "report-2026-11-29"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!((s1, s2), (201, 200), "{first} {second}");
+    assert_eq!(first["id"], second["id"]);
+    assert_eq!(first["source"], "manual");
+    assert_eq!(windows(&pool, "m").await.len(), 1);
+    let got = claim(&app, "ma", 5).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        got[0]["context"],
+        json!({"a": 1, "b": {"y": 2}}),
+        "top-level merge"
+    );
+    complete(&app, &got[0], json!(null)).await;
+
+    let (status, delayed) = json(
+        app.post("/v1/tasks/m/trigger", json!({"delay_seconds": 3}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 201);
+    assert!(
+        delayed["window_key"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("manual:")
+    );
+    let created = std::time::Instant::now();
+    assert!(
+        claim(&app, "ma", 5).await.is_empty(),
+        "not claimable before its time"
+    );
+    let got = eventually(Duration::from_secs(10), "the delayed run", || {
+        let app = &app;
+        async move {
+            let got = claim(app, "ma", 5).await;
+            (!got.is_empty()).then_some(got)
+        }
+    })
+    .await;
+    assert!(
+        created.elapsed() >= Duration::from_millis(2500),
+        "{:?}",
+        created.elapsed()
+    );
+    assert_eq!(got[0]["id"], delayed["id"]);
+
+    let (status, problem) = json(
+        app.post(
+            "/v1/tasks/m/trigger",
+            json!({"delay_seconds": 3, "run_at": "2026-11-29T08:30:00Z"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 422);
+    assert_eq!(problem["errors"][0]["field"], "run_at");
+    let (status, _) = json(app.post("/v1/tasks/nope/trigger", json!({})).await).await;
+    assert_eq!(status, 404);
+}
+
+#[sqlx::test]
+async fn backfill_of_one_day_is_idempotent_even_when_run_twice_at_once(pool: PgPool) {
+    let app = Arc::new(TestApp::spawn(pool.clone()).await);
+    app.put(
+        "/v1/tasks/hourly",
+        json!({"agent_id": "ba", "trigger": {"type": "cron", "expr": "0 * * * *"}, "execution": {"overlap": "queue"}}),
+    )
+    .await;
+    let range = json!({"from": "2026-11-01T00:00:00Z", "to": "2026-11-02T00:00:00Z"});
+    let mut dry = range.clone();
+    dry["dry_run"] = json!(true);
+    let (status, plan) = json(app.post("/v1/tasks/hourly/backfill", dry).await).await;
+    assert_eq!(status, 200, "{plan}");
+    assert_eq!(plan["created"], 24);
+    assert_eq!(plan["windows"].as_array().map(Vec::len), Some(24));
+    assert_eq!(
+        plan["windows"][0],
+        json!({"window_key": "2026-11-01T00:00:00Z", "outcome": "would_create"})
+    );
+    assert!(
+        windows(&pool, "hourly").await.is_empty(),
+        "a dry run writes nothing"
+    );
+
+    let (a, b) = tokio::join!(
+        app.post("/v1/tasks/hourly/backfill", range.clone()),
+        app.post("/v1/tasks/hourly/backfill", range.clone())
+    );
+    let (_, a) = json(a).await;
+    let (_, b) = json(b).await;
+    assert_eq!(
+        a["created"].as_u64().unwrap_or(0) + b["created"].as_u64().unwrap_or(0),
+        24,
+        "{a} {b}"
+    );
+    let rows = windows(&pool, "hourly").await;
+    assert_eq!(rows.len(), 24);
+    assert!(rows.iter().all(|r| r.2 == "backfill" && r.1 == "PENDING"));
+
+    let (_, again) = json(app.post("/v1/tasks/hourly/backfill", range).await).await;
+    assert_eq!(again["created"], 0);
+    assert_eq!(again["existing"], 24);
+
+    let (status, problem) = json(
+        app.post(
+            "/v1/tasks/hourly/backfill",
+            json!({"from": "2020-01-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 422, "{problem}");
+    assert_eq!(problem["errors"][0]["field"], "to");
+}
+
+#[sqlx::test]
+async fn backfilled_windows_obey_overlap_skip(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put(
+        "/v1/tasks/h",
+        json!({"agent_id": "ba", "trigger": {"type": "cron", "expr": "0 * * * *"}}),
+    )
+    .await;
+    let (_, report) = json(
+        app.post(
+            "/v1/tasks/h/backfill",
+            json!({"from": "2026-11-01T00:00:00Z", "to": "2026-11-01T03:00:00Z"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(report["created"], 3);
+    assert_eq!(report["skipped"], 2);
+    let rows = windows(&pool, "h").await;
+    assert_eq!(rows[0].1, "PENDING");
+    assert_eq!(
+        rows[1].3.as_deref(),
+        Some("overlap: window 2026-11-01T00:00:00Z still unfinished")
+    );
+}
+
+#[sqlx::test]
+async fn a_dependency_fires_once_per_upstream_window(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put(
+        "/v1/tasks/a",
+        json!({"agent_id": "up", "trigger": {"type": "manual"}}),
+    )
+    .await;
+    app.put(
+        "/v1/tasks/b",
+        json!({"agent_id": "down", "trigger": {"type": "after", "task": "a", "on": "success"}}),
+    )
+    .await;
+    app.post(
+        "/v1/tasks/a/trigger",
+        json!({"window_key": "2026-11-29T00:30:00Z"}),
+    )
+    .await;
+    let up = claim(&app, "up", 1).await.remove(0);
+    assert_eq!(complete(&app, &up, json!({"rows": 42})).await, 200);
+
+    let b_rows = windows(&pool, "b").await;
+    assert_eq!(b_rows.len(), 1);
+    assert_eq!(b_rows[0].0, "2026-11-29T00:30:00Z");
+    assert_eq!(b_rows[0].2, "dependency");
+    let down = claim(&app, "down", 1).await.remove(0);
+    assert_eq!(down["upstream_instance_id"], up["id"]);
+    assert_eq!(
+        down["upstream_result_digest"],
+        kairos::store::instances::result_digest(Some(&json!({"rows": 42})))
+    );
+
+    // Re-run the upstream window: it succeeds again, B is not triggered twice.
+    let id = up["id"].as_str().unwrap_or("");
+    let (status, _) = json(
+        app.post(&format!("/v1/instances/{id}/retry"), json!({}))
+            .await,
+    )
+    .await;
+    assert_eq!(
+        status, 409,
+        "SUCCESS is terminal; a re-run is a new trigger with the same key"
+    );
+    let (status, _) = json(
+        app.post(
+            "/v1/tasks/a/trigger",
+            json!({"window_key": "2026-11-29T00:30:00Z"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "same window: the existing instance");
+    app.post(
+        "/v1/tasks/a/trigger",
+        json!({"window_key": "2026-11-30T00:30:00Z"}),
+    )
+    .await;
+    let second = claim(&app, "up", 1).await.remove(0);
+    let failed = fail(&app, &second).await;
+    assert_eq!(failed["status"], "FAILED");
+    let second_id = second["id"].as_str().unwrap_or("");
+    app.post(&format!("/v1/instances/{second_id}/cancel"), json!({}))
+        .await;
+    app.post(&format!("/v1/instances/{second_id}/retry"), json!({}))
+        .await;
+    let again = claim(&app, "up", 1).await.remove(0);
+    assert_eq!(complete(&app, &again, json!(1)).await, 200);
+    let b_rows = windows(&pool, "b").await;
+    assert_eq!(b_rows.len(), 2, "one B window per A window: {b_rows:?}");
+
+    // Deleting the upstream reports the dependent instead of orphaning it silently.
+    assert_eq!(
+        app.request(reqwest::Method::DELETE, "/v1/tasks/a", None)
+            .await
+            .status()
+            .as_u16(),
+        204
+    );
+    let (_, b) = json(app.get("/v1/tasks/b").await).await;
+    assert_eq!(b["paused"], true);
+    assert_eq!(b["paused_reason"], "upstream task a was deleted");
+}
+
+#[sqlx::test]
+async fn a_dependency_window_is_not_duplicated_when_the_upstream_window_succeeds_twice(
+    pool: PgPool,
+) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put(
+        "/v1/tasks/a",
+        json!({"agent_id": "up", "trigger": {"type": "manual"}, "execution": {"max_retries": 0}}),
+    )
+    .await;
+    app.put(
+        "/v1/tasks/b",
+        json!({"agent_id": "down", "trigger": {"type": "after", "task": "a", "on": "success"}}),
+    )
+    .await;
+    app.post("/v1/tasks/a/trigger", json!({"window_key": "w1"}))
+        .await;
+    let up = claim(&app, "up", 1).await.remove(0);
+    assert_eq!(complete(&app, &up, json!(1)).await, 200);
+    // An operator forces the same upstream window to run again (e.g. after a data fix).
+    sqlx::query(
+        "update task_instance set status = 'DEAD', finished_at = now() where task_id = 'a'",
+    )
+    .execute(&pool)
+    .await
+    .expect("force");
+    let id = up["id"].as_str().unwrap_or("");
+    let (status, _) = json(
+        app.post(&format!("/v1/instances/{id}/retry"), json!({}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let again = claim(&app, "up", 1).await.remove(0);
+    assert_eq!(complete(&app, &again, json!(2)).await, 200);
+    assert_eq!(
+        windows(&pool, "b").await.len(),
+        1,
+        "the unique window key holds"
+    );
+}
+
+#[sqlx::test]
+async fn five_consecutive_failures_open_the_circuit_and_cooldown_resumes(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put(
+        "/v1/tasks/flaky",
+        json!({"agent_id": "fa", "trigger": {"type": "manual"},
+               "execution": {"max_retries": 0, "concurrency_limit": 10},
+               "circuit_breaker": {"failure_threshold": 5, "cooldown_seconds": 2}}),
+    )
+    .await;
+    for k in 0..6 {
+        app.post(
+            "/v1/tasks/flaky/trigger",
+            json!({"window_key": format!("k{k}")}),
+        )
+        .await;
+    }
+    for _ in 0..5 {
+        let i = claim(&app, "fa", 1).await.remove(0);
+        fail(&app, &i).await;
+    }
+    let (_, task) = json(app.get("/v1/tasks/flaky").await).await;
+    assert_eq!(task["paused"], true, "{task}");
+    assert_eq!(
+        task["paused_reason"],
+        "circuit open: 5 consecutive failed attempts"
+    );
+    assert!(
+        claim(&app, "fa", 1).await.is_empty(),
+        "pending work is held while open"
+    );
+
+    // The cooldown resumes it (the retry scanner's pass does).
+    let scanner = RetryScanner::new(
+        pool.clone(),
+        RetryScannerConfig::new("s"),
+        Heartbeats::default(),
+    );
+    eventually(Duration::from_secs(10), "the cooldown", || {
+        let scanner = &scanner;
+        async move { (scanner.run_once().await.expect("scan").num_resumed == 1).then_some(()) }
+    })
+    .await;
+    let (_, task) = json(app.get("/v1/tasks/flaky").await).await;
+    assert_eq!(task["paused"], false);
+    // Half-open: a success closes the circuit.
+    let i = claim(&app, "fa", 1).await.remove(0);
+    assert_eq!(complete(&app, &i, json!(null)).await, 200);
+    let (_, task) = json(app.get("/v1/tasks/flaky").await).await;
+    assert_eq!(task["consecutive_failures"], 0);
+}
+
+#[sqlx::test]
+async fn a_manual_resume_after_the_breaker_starts_counting_afresh(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put(
+        "/v1/tasks/flaky",
+        json!({"agent_id": "fa", "trigger": {"type": "manual"},
+               "execution": {"max_retries": 0, "concurrency_limit": 10},
+               "circuit_breaker": {"failure_threshold": 2}}),
+    )
+    .await;
+    for k in 0..3 {
+        app.post(
+            "/v1/tasks/flaky/trigger",
+            json!({"window_key": format!("k{k}")}),
+        )
+        .await;
+    }
+    for _ in 0..2 {
+        let i = claim(&app, "fa", 1).await.remove(0);
+        fail(&app, &i).await;
+    }
+    let (_, task) = json(app.get("/v1/tasks/flaky").await).await;
+    assert_eq!(task["paused"], true);
+    let (status, task) = json(
+        app.request(reqwest::Method::POST, "/v1/tasks/flaky/resume", None)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(task["consecutive_failures"], 0);
+    assert_eq!(claim(&app, "fa", 1).await.len(), 1);
+}
