@@ -3,6 +3,7 @@
 //! exit). The only module that knows every other one.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -12,6 +13,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::domain::access::Tokens;
 use crate::http::{self, AppState, ClaimSettings};
 use crate::services::Heartbeats;
 use crate::services::retry_scanner::{RetryScanner, RetryScannerConfig};
@@ -31,6 +33,8 @@ pub struct Options {
     pub reaper: Option<TimeoutReaperConfig>,
     pub claims: ClaimSettings,
     pub shutdown_grace: Duration,
+    /// Bearer tokens; empty runs open.
+    pub tokens: Arc<Tokens>,
 }
 
 impl Options {
@@ -59,6 +63,8 @@ impl Options {
                 max_wait_seconds: cfg.claim_max_wait_seconds,
             },
             shutdown_grace: Duration::from_secs(cfg.shutdown_grace_seconds),
+            // Validated by Config::load; a failure here means no tokens.
+            tokens: Arc::new(Tokens::parse(&cfg.auth_tokens.0).unwrap_or_default()),
         }
     }
 
@@ -72,6 +78,7 @@ impl Options {
             reaper: None,
             claims: ClaimSettings::default(),
             shutdown_grace: Duration::from_secs(10),
+            tokens: Arc::new(Tokens::default()),
         }
     }
 }
@@ -122,6 +129,7 @@ pub fn start(pool: PgPool, listener: TcpListener, opts: Options) -> anyhow::Resu
         work_signal,
         // Long polls end when the loops stop: no new claims once shutdown begins.
         shutdown: loops.clone(),
+        tokens: opts.tokens.clone(),
     };
     let app = http::router(state, opts.max_body_bytes);
     let stop = http_stop.clone();

@@ -27,6 +27,24 @@ impl FromStr for LogFormat {
     }
 }
 
+/// A secret string: never shown by `Debug`.
+#[derive(Clone, Default, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_empty() { "\"\"" } else { "\"***\"" })
+    }
+}
+
+impl FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Secret(s.to_owned()))
+    }
+}
+
 /// Every setting; see `config/kairos.toml` for the documented defaults.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -48,6 +66,18 @@ pub struct Config {
     pub max_lease_seconds: i64,
     pub claim_max_wait_seconds: i64,
     pub shutdown_grace_seconds: u64,
+    /// `"<token>:<role>[:<agent>|<agent>…],…"`; empty runs open, on loopback only.
+    pub auth_tokens: Secret,
+    /// The base URL agents reach this replica at, for webhook callback URLs.
+    pub public_url: String,
+    /// Hosts webhook and notification URLs may name (comma-separated); empty allows any.
+    pub outbound_allowed_hosts: String,
+    pub webhook_interval_ms: u64,
+    pub webhook_max_in_flight: usize,
+    pub webhook_max_per_task: i64,
+    pub notifier_interval_ms: u64,
+    pub notify_max_age_seconds: i64,
+    pub notify_timeout_seconds: u64,
 }
 
 impl Default for Config {
@@ -70,6 +100,15 @@ impl Default for Config {
             max_lease_seconds: 3600,
             claim_max_wait_seconds: 30,
             shutdown_grace_seconds: 10,
+            auth_tokens: Secret::default(),
+            public_url: String::new(),
+            outbound_allowed_hosts: String::new(),
+            webhook_interval_ms: 1000,
+            webhook_max_in_flight: 64,
+            webhook_max_per_task: 8,
+            notifier_interval_ms: 1000,
+            notify_max_age_seconds: 86_400,
+            notify_timeout_seconds: 10,
         }
     }
 }
@@ -155,33 +194,45 @@ impl Config {
             }
             Ok(())
         }
-        set(env, "KAIROS_DATABASE_URL", &mut self.database_url)?;
+        // One KAIROS_<KEY> per key of the file; the field name is the key.
+        macro_rules! from_env {
+            ($($field:ident),* $(,)?) => {
+                $(
+                    let var = format!("KAIROS_{}", stringify!($field).to_ascii_uppercase());
+                    set(env, &var, &mut self.$field)?;
+                )*
+            };
+        }
+        from_env!(
+            database_url,
+            database_max_connections,
+            listen,
+            node_id,
+            log_format,
+            log_level,
+            max_body_bytes,
+            trigger_batch_size,
+            trigger_max_sleep_ms,
+            retry_scan_interval_ms,
+            retry_batch_size,
+            reaper_interval_ms,
+            reaper_batch_size,
+            default_lease_seconds,
+            max_lease_seconds,
+            claim_max_wait_seconds,
+            shutdown_grace_seconds,
+            auth_tokens,
+            public_url,
+            outbound_allowed_hosts,
+            webhook_interval_ms,
+            webhook_max_in_flight,
+            webhook_max_per_task,
+            notifier_interval_ms,
+            notify_max_age_seconds,
+            notify_timeout_seconds,
+        );
+        // The conventional variable wins over KAIROS_DATABASE_URL.
         set(env, "DATABASE_URL", &mut self.database_url)?;
-        set(
-            env,
-            "KAIROS_DATABASE_MAX_CONNECTIONS",
-            &mut self.database_max_connections,
-        )?;
-        set(env, "KAIROS_LISTEN", &mut self.listen)?;
-        set(env, "KAIROS_NODE_ID", &mut self.node_id)?;
-        set(env, "KAIROS_LOG_FORMAT", &mut self.log_format)?;
-        set(env, "KAIROS_LOG_LEVEL", &mut self.log_level)?;
-        set(env, "KAIROS_MAX_BODY_BYTES", &mut self.max_body_bytes)?;
-        set(
-            env,
-            "KAIROS_TRIGGER_BATCH_SIZE",
-            &mut self.trigger_batch_size,
-        )?;
-        set(
-            env,
-            "KAIROS_TRIGGER_MAX_SLEEP_MS",
-            &mut self.trigger_max_sleep_ms,
-        )?;
-        set(
-            env,
-            "KAIROS_SHUTDOWN_GRACE_SECONDS",
-            &mut self.shutdown_grace_seconds,
-        )?;
         Ok(())
     }
 
@@ -246,6 +297,45 @@ impl Config {
         if !(1..=3600).contains(&self.shutdown_grace_seconds) {
             return Err(invalid("shutdown_grace_seconds", "must be from 1 to 3600"));
         }
+        let tokens = crate::domain::access::Tokens::parse(&self.auth_tokens.0)
+            .map_err(|m| invalid("auth_tokens", m))?;
+        if tokens.is_empty() && !self.listen.ip().is_loopback() {
+            return Err(invalid(
+                "listen",
+                format!(
+                    "refusing to listen on {} without authentication: set auth_tokens \
+                     (KAIROS_AUTH_TOKENS=\"<token>:admin\") or listen on a loopback address",
+                    self.listen
+                ),
+            ));
+        }
+        if !self.public_url.is_empty() && crate::domain::task::check_url(&self.public_url).is_err()
+        {
+            return Err(invalid("public_url", "must be an http:// or https:// URL"));
+        }
+        for (key, v) in [
+            ("webhook_interval_ms", self.webhook_interval_ms),
+            ("notifier_interval_ms", self.notifier_interval_ms),
+        ] {
+            if !(10..=600_000).contains(&v) {
+                return Err(invalid(key, "must be from 10 to 600000"));
+            }
+        }
+        if !(1..=10_000).contains(&self.webhook_max_in_flight) {
+            return Err(invalid("webhook_max_in_flight", "must be from 1 to 10000"));
+        }
+        if !(1..=1000).contains(&self.webhook_max_per_task) {
+            return Err(invalid("webhook_max_per_task", "must be from 1 to 1000"));
+        }
+        if !(60..=30 * 86_400).contains(&self.notify_max_age_seconds) {
+            return Err(invalid(
+                "notify_max_age_seconds",
+                "must be from 60 to 2592000",
+            ));
+        }
+        if !(1..=300).contains(&self.notify_timeout_seconds) {
+            return Err(invalid("notify_timeout_seconds", "must be from 1 to 300"));
+        }
         if tracing_subscriber::EnvFilter::try_new(&self.log_level).is_err() {
             return Err(invalid(
                 "log_level",
@@ -304,6 +394,64 @@ mod tests {
         assert_eq!(cfg.max_lease_seconds, d.max_lease_seconds);
         assert_eq!(cfg.claim_max_wait_seconds, d.claim_max_wait_seconds);
         assert_eq!(cfg.shutdown_grace_seconds, d.shutdown_grace_seconds);
+        assert_eq!(cfg.public_url, d.public_url);
+        assert_eq!(cfg.outbound_allowed_hosts, d.outbound_allowed_hosts);
+        assert_eq!(cfg.webhook_interval_ms, d.webhook_interval_ms);
+        assert_eq!(cfg.webhook_max_in_flight, d.webhook_max_in_flight);
+        assert_eq!(cfg.webhook_max_per_task, d.webhook_max_per_task);
+        assert_eq!(cfg.notifier_interval_ms, d.notifier_interval_ms);
+        assert_eq!(cfg.notify_max_age_seconds, d.notify_max_age_seconds);
+        assert_eq!(cfg.notify_timeout_seconds, d.notify_timeout_seconds);
+    }
+
+    #[test]
+    fn a_non_loopback_listen_without_tokens_is_refused() {
+        let err = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            ("KAIROS_LISTEN", "0.0.0.0:8080"),
+        ])
+        .expect_err("refused");
+        assert!(err.to_string().contains("without authentication"), "{err}");
+        let cfg = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            ("KAIROS_LISTEN", "0.0.0.0:8080"),
+            ("KAIROS_AUTH_TOKENS", "s3cr3t-admin-token:admin"),
+        ])
+        .expect("allowed with tokens");
+        assert!(
+            !format!("{cfg:?}").contains("s3cr3t"),
+            "tokens are never printed"
+        );
+        let err = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            ("KAIROS_AUTH_TOKENS", "x:admin"),
+        ])
+        .expect_err("short token");
+        assert!(err.to_string().contains("auth_tokens"), "{err}");
+    }
+
+    #[test]
+    fn every_key_of_the_file_has_its_environment_variable() {
+        let text = std::fs::read_to_string("config/kairos.toml").expect("config file");
+        let keys: Vec<String> = text
+            .lines()
+            .map(|l| l.trim_start_matches('#').trim())
+            .filter_map(|l| l.split_once(" = ").map(|(k, _)| k.trim().to_owned()))
+            .filter(|k| k.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+            .collect();
+        assert!(keys.len() >= 20, "{keys:?}");
+        let asked = std::sync::Mutex::new(Vec::new());
+        let _ = Config::load_from(|k| {
+            if let Ok(mut a) = asked.lock() {
+                a.push(k.to_owned());
+            }
+            (k == "KAIROS_CONFIG").then(|| "config/kairos.toml".to_owned())
+        });
+        let asked = asked.into_inner().unwrap_or_default();
+        for key in keys {
+            let var = format!("KAIROS_{}", key.to_ascii_uppercase());
+            assert!(asked.contains(&var), "{var} is never read");
+        }
     }
 
     #[test]

@@ -12,6 +12,8 @@ pub mod config;
 pub mod domain;
 /// The HTTP adapter: routers, DTOs, problem+json errors.
 pub mod http;
+/// Outbound HTTP: signed, bounded webhook and notification requests.
+pub mod outbound;
 /// Background loops, one file each (trigger loop, ...).
 pub mod services;
 /// The only place with SQL: one file per table.

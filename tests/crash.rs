@@ -47,7 +47,10 @@ fn free_port() -> u16 {
 }
 
 async fn start_replica(db: &str, node: &str) -> Replica {
+    kairos::outbound::install_crypto_provider();
     let port = free_port();
+    // Everything that can panic comes before the spawn, so no child outlives a failed test.
+    let client = reqwest::Client::new();
     let child = Command::new(env!("CARGO_BIN_EXE_kairos"))
         .arg("serve")
         .env("DATABASE_URL", db)
@@ -65,7 +68,7 @@ async fn start_replica(db: &str, node: &str) -> Replica {
     let replica = Replica {
         child,
         base: format!("http://127.0.0.1:{port}"),
-        client: reqwest::Client::new(),
+        client,
     };
     eventually(Duration::from_secs(30), "the replica to be ready", || {
         let r = &replica;
@@ -179,4 +182,25 @@ async fn a_replica_killed_with_sigkill_leaves_nothing_stuck(pool: PgPool) {
     .await
     .expect("actors");
     assert_eq!(reapers, vec!["reaper:replica-b".to_owned()]);
+
+    // Let the replica's sessions end before the test database is dropped.
+    drop(b);
+    eventually(
+        Duration::from_secs(10),
+        "the replica's sessions to close",
+        || {
+            let pool = pool.clone();
+            async move {
+                let others: i64 = sqlx::query_scalar(
+                    "select count(*) from pg_stat_activity \
+                 where datname = current_database() and pid <> pg_backend_pid()",
+                )
+                .fetch_one(&pool)
+                .await
+                .ok()?;
+                (others <= pool.size() as i64).then_some(())
+            }
+        },
+    )
+    .await;
 }

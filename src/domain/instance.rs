@@ -208,6 +208,8 @@ pub fn legal_sources(event: Event) -> Vec<InstanceStatus> {
 pub struct Instance {
     pub id: Uuid,
     pub task_id: String,
+    /// The agent the instance is for (the task's agent when the window was created).
+    pub agent_id: String,
     pub window_key: String,
     pub scheduled_at: DateTime<Utc>,
     pub status: InstanceStatus,

@@ -1,6 +1,7 @@
 //! Pure product rules. Nothing here touches the database, the network or the clock: callers pass
 //! `now` in, so every rule is a plain function with unit tests beside it.
 
+pub mod access;
 pub mod instance;
 pub mod policy;
 pub mod retry;

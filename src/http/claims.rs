@@ -5,15 +5,17 @@
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::routing::post;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use super::auth::check_agent;
 use super::error::ApiError;
 use super::extract::{JsonBody, body_object, int_field, string_field};
 use super::instances::instance_json;
 use super::{AppState, RouteTable};
+use crate::domain::access::Principal;
 use crate::domain::task::valid_name;
 use crate::services::work_signal::WAKE_ALL;
 use crate::store::instances::{self as store_instances, ClaimRequest, Claimed};
@@ -50,6 +52,7 @@ fn name_field(m: &serde_json::Map<String, Value>, key: &str) -> Result<String, A
 
 async fn claim(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
     let m = body_object(
@@ -76,6 +79,7 @@ async fn claim(
         )?,
     };
     let wait = int_field(&m, "wait_seconds", 0, 0, settings.max_wait_seconds)?;
+    check_agent(&principal, &req.agent_id)?;
     let deadline = Instant::now() + Duration::from_secs(wait.unsigned_abs());
     let actor = format!("agent:{}", req.worker_id);
 

@@ -13,6 +13,10 @@ use crate::store;
 pub enum ApiError {
     /// 400: the body is not JSON, or not the JSON shape at all.
     Malformed(String),
+    /// 401: no or an unknown bearer token.
+    Unauthorized(String),
+    /// 403: the token's role or agent list does not allow this.
+    Forbidden(String),
     /// 404.
     NotFound(String),
     /// 405.
@@ -45,6 +49,8 @@ impl ApiError {
                 "malformed-request",
                 "Malformed request",
             ),
+            ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
             ApiError::MethodNotAllowed(_) => (
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -165,6 +171,8 @@ impl IntoResponse for ApiError {
             }
             ApiError::Malformed(m)
             | ApiError::NotFound(m)
+            | ApiError::Unauthorized(m)
+            | ApiError::Forbidden(m)
             | ApiError::MethodNotAllowed(m)
             | ApiError::Conflict(m)
             | ApiError::PreconditionFailed(m)

@@ -1,18 +1,20 @@
 //! `/v1/instances`: the operators' view of windows and their history.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::routing::{get, post};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use super::auth::check_agent;
 use super::error::ApiError;
 use super::extract::{
     JsonBody, QueryParams, body_object, decode_cursor, encode_cursor, int_field, lease_token_field,
     page_limit, string_field,
 };
 use super::{AppState, RouteTable};
+use crate::domain::access::Principal;
 use crate::domain::instance::{Instance, InstanceStatus};
 use crate::store::{self, events, instances as store_instances};
 
@@ -127,10 +129,12 @@ async fn list_instances(
 
 async fn heartbeat(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_instance_id(&id)?;
+    lease_holder(&state, &principal, id).await?;
     let m = body_object(body, &["lease_token", "lease_seconds"])?;
     let token = lease_token_field(&m)?;
     let lease = int_field(
@@ -148,10 +152,12 @@ async fn heartbeat(
 
 async fn complete(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_instance_id(&id)?;
+    let current = lease_holder(&state, &principal, id).await?;
     let m = body_object(body, &["lease_token", "result"])?;
     let token = lease_token_field(&m)?;
     let result = m.get("result").filter(|v| !v.is_null());
@@ -163,7 +169,7 @@ async fn complete(
             )));
         }
     }
-    let actor = format!("agent:{}", worker_of(&state, id).await);
+    let actor = worker_actor(&current);
     let inst = store_instances::complete(&state.pool, id, token, result, &actor)
         .await
         .map_err(|e| not_found_instance(e, &id))?;
@@ -171,21 +177,32 @@ async fn complete(
     Ok(Json(instance_json(&inst)))
 }
 
-/// The worker holding an instance, for event actors (best effort).
-async fn worker_of(state: &AppState, id: Uuid) -> String {
-    store_instances::get_instance(&state.pool, id)
+/// The instance an agent writes to, after checking the caller may act for its agent.
+async fn lease_holder(
+    state: &AppState,
+    principal: &Principal,
+    id: Uuid,
+) -> Result<Instance, ApiError> {
+    let inst = store_instances::get_instance(&state.pool, id)
         .await
-        .ok()
-        .and_then(|i| i.worker_id)
-        .unwrap_or_else(|| "unknown".to_owned())
+        .map_err(|e| not_found_instance(e, &id))?;
+    check_agent(principal, &inst.agent_id)?;
+    Ok(inst)
+}
+
+/// The event actor of an agent's write: the worker holding the lease.
+fn worker_actor(i: &Instance) -> String {
+    format!("agent:{}", i.worker_id.as_deref().unwrap_or("unknown"))
 }
 
 async fn fail(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_instance_id(&id)?;
+    let current = lease_holder(&state, &principal, id).await?;
     let m = body_object(body, &["lease_token", "error", "retryable"])?;
     let token = lease_token_field(&m)?;
     let error = string_field(&m, "error", true, MAX_ERROR_INPUT)?.unwrap_or_default();
@@ -194,7 +211,7 @@ async fn fail(
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(ApiError::invalid("retryable", "must be a boolean")),
     };
-    let actor = format!("agent:{}", worker_of(&state, id).await);
+    let actor = worker_actor(&current);
     let inst = store_instances::fail(&state.pool, id, token, &error, retryable, &actor)
         .await
         .map_err(|e| not_found_instance(e, &id))?;

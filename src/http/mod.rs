@@ -2,6 +2,7 @@
 //! list of served routes is known (and checked against `openapi.yaml` by a test). Handlers parse,
 //! call `store`, and render; no SQL and no product rules live here.
 
+pub mod auth;
 pub mod claims;
 pub mod error;
 pub mod extract;
@@ -17,6 +18,9 @@ use axum::routing::MethodRouter;
 use sqlx::PgPool;
 use tower_http::trace::TraceLayer;
 
+use std::sync::Arc;
+
+use crate::domain::access::Tokens;
 use crate::services::Heartbeats;
 use crate::services::work_signal::WorkSignal;
 use error::ApiError;
@@ -53,6 +57,8 @@ pub struct AppState {
     pub work_signal: WorkSignal,
     /// Cancelled at shutdown: long polls return at once with what they have.
     pub shutdown: CancellationToken,
+    /// Bearer tokens; empty runs open (loopback only, enforced by configuration).
+    pub tokens: Arc<Tokens>,
 }
 
 /// A router that remembers which (method, path) pairs it serves.
@@ -102,6 +108,10 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .method_not_allowed_fallback(|| async {
             ApiError::MethodNotAllowed("this route does not accept that method".to_owned())
         })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
+        ))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(TraceLayer::new_for_http())
         .with_state(state)

@@ -226,6 +226,7 @@ pub async fn cancel_unstarted_of_task(
 struct InstanceRow {
     id: Uuid,
     task_id: String,
+    agent_id: String,
     window_key: String,
     scheduled_at: DateTime<Utc>,
     status: String,
@@ -247,7 +248,7 @@ struct InstanceRow {
     updated_at: DateTime<Utc>,
 }
 
-const INSTANCE_COLUMNS: &str = "id, task_id, window_key, scheduled_at, status, source, attempt, \
+const INSTANCE_COLUMNS: &str = "id, task_id, agent_id, window_key, scheduled_at, status, source, attempt, \
      max_attempts, available_at, lease_expires_at, worker_id, started_at, finished_at, result, \
      error, error_kind, skip_reason, upstream_instance_id, upstream_result_digest, created_at, \
      updated_at";
@@ -261,6 +262,7 @@ impl TryFrom<InstanceRow> for Instance {
             source: r.source.parse().map_err(Error::Corrupt)?,
             id: r.id,
             task_id: r.task_id,
+            agent_id: r.agent_id,
             window_key: r.window_key,
             scheduled_at: r.scheduled_at,
             attempt: r.attempt,
@@ -444,7 +446,7 @@ pub async fn claim(pool: &PgPool, req: &ClaimRequest, actor: &str) -> Result<Vec
              insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
              select id, attempt, 'PENDING', 'RUNNING', $8, 'claimed by worker ' || worker_id from upd \
          ) \
-         select upd.id, upd.task_id, upd.window_key, upd.scheduled_at, upd.status, upd.source, \
+         select upd.id, upd.task_id, upd.agent_id, upd.window_key, upd.scheduled_at, upd.status, upd.source, \
              upd.attempt, upd.max_attempts, upd.available_at, upd.lease_expires_at, upd.worker_id, \
              upd.started_at, upd.finished_at, upd.result, upd.error, upd.error_kind, \
              upd.skip_reason, upd.upstream_instance_id, upd.upstream_result_digest, \

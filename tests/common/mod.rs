@@ -42,6 +42,7 @@ impl TestApp {
 
     /// Any combination of loops and limits.
     pub async fn spawn_opts(pool: PgPool, opts: Options) -> TestApp {
+        kairos::outbound::install_crypto_provider();
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");

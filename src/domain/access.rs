@@ -1,0 +1,279 @@
+//! Access control, pure: bearer tokens with roles, and what each role may do.
+//!
+//! Tokens come from configuration as `"<token>:<role>[:<agent_id>|<agent_id>…],…"`. Only a
+//! SHA-256 digest of each token is kept in memory, and a presented token is compared against
+//! every digest in constant time, so neither the comparison nor the position of a match leaks
+//! through timing. Tokens never appear in `Debug` output or logs.
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Everything.
+    Admin,
+    /// Claims and the lease-holder's instance writes (heartbeat, complete, fail), plus reads;
+    /// optionally limited to some agent ids.
+    Agent,
+    /// GET only.
+    Viewer,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Agent => "agent",
+            Role::Viewer => "viewer",
+        }
+    }
+}
+
+/// Who is calling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub role: Role,
+    /// For `agent` tokens limited to some agents; `None` means any agent.
+    pub agents: Option<Vec<String>>,
+    /// A name for logs: the role and, for agents, their ids. Never the token.
+    pub label: String,
+}
+
+impl Principal {
+    /// The principal of an unauthenticated deployment (no tokens configured, loopback only).
+    pub fn open() -> Self {
+        Principal {
+            role: Role::Admin,
+            agents: None,
+            label: "open".to_owned(),
+        }
+    }
+
+    /// May this principal claim or write instances of `agent_id`?
+    pub fn may_act_for(&self, agent_id: &str) -> bool {
+        match self.role {
+            Role::Admin => true,
+            Role::Agent => self
+                .agents
+                .as_ref()
+                .is_none_or(|a| a.iter().any(|x| x == agent_id)),
+            Role::Viewer => false,
+        }
+    }
+}
+
+/// What a request does, as far as access control is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Any GET.
+    Read,
+    /// `POST /v1/claims`, and heartbeat/complete/fail of an instance.
+    AgentWrite,
+    /// Everything else: task writes, triggers, backfills, operator retry/cancel.
+    AdminWrite,
+}
+
+/// Classify a request by method and path.
+pub fn action_of(method: &str, path: &str) -> Action {
+    if method.eq_ignore_ascii_case("GET") || method.eq_ignore_ascii_case("HEAD") {
+        return Action::Read;
+    }
+    if path == "/v1/claims" {
+        return Action::AgentWrite;
+    }
+    if let Some(rest) = path.strip_prefix("/v1/instances/")
+        && let Some((_, verb)) = rest.split_once('/')
+        && matches!(verb, "heartbeat" | "complete" | "fail")
+    {
+        return Action::AgentWrite;
+    }
+    Action::AdminWrite
+}
+
+/// May `role` perform `action`? (Agent scoping is checked where the agent id is known.)
+pub fn allows(role: Role, action: Action) -> bool {
+    matches!(
+        (role, action),
+        (Role::Admin, _)
+            | (Role::Agent, Action::Read | Action::AgentWrite)
+            | (Role::Viewer, Action::Read)
+    )
+}
+
+struct TokenEntry {
+    digest: [u8; 32],
+    principal: Principal,
+}
+
+/// The configured tokens. Empty means kairos runs open (and only on loopback).
+#[derive(Default)]
+pub struct Tokens(Vec<TokenEntry>);
+
+impl fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tokens({} configured, redacted)", self.0.len())
+    }
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+fn ct_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    let mut diff = 0u8;
+    for (x, y) in a.iter().zip(b.iter()) {
+        diff |= x ^ y;
+    }
+    diff == 0
+}
+
+impl Tokens {
+    /// Parse `"<token>:<role>[:<agent>|<agent>…],…"`. Errors never echo a token.
+    pub fn parse(spec: &str) -> Result<Tokens, String> {
+        let mut out = Vec::new();
+        for (n, item) in spec.split(',').enumerate() {
+            let item = item.trim();
+            if item.is_empty() {
+                continue;
+            }
+            let mut parts = item.splitn(3, ':');
+            let token = parts.next().unwrap_or("");
+            let role = parts.next().unwrap_or("");
+            let agents = parts.next();
+            if token.len() < 8 {
+                return Err(format!(
+                    "entry {}: the token must be at least 8 characters",
+                    n + 1
+                ));
+            }
+            let role = match role {
+                "admin" => Role::Admin,
+                "agent" => Role::Agent,
+                "viewer" => Role::Viewer,
+                other => {
+                    return Err(format!(
+                        "entry {}: role {other:?} must be admin, agent or viewer",
+                        n + 1
+                    ));
+                }
+            };
+            let agents = match agents {
+                None => None,
+                Some(_) if role != Role::Agent => {
+                    return Err(format!(
+                        "entry {}: only agent tokens can be limited to agent ids",
+                        n + 1
+                    ));
+                }
+                Some(list) => {
+                    let ids: Vec<String> = list
+                        .split('|')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_owned)
+                        .collect();
+                    if ids.is_empty() {
+                        return Err(format!("entry {}: empty agent id list", n + 1));
+                    }
+                    Some(ids)
+                }
+            };
+            let label = match &agents {
+                Some(a) => format!("agent[{}]", a.join("|")),
+                None => role.as_str().to_owned(),
+            };
+            out.push(TokenEntry {
+                digest: digest(token),
+                principal: Principal {
+                    role,
+                    agents,
+                    label,
+                },
+            });
+        }
+        Ok(Tokens(out))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The principal of a presented token, comparing against every entry.
+    pub fn authenticate(&self, presented: &str) -> Option<Principal> {
+        let d = digest(presented);
+        let mut found: Option<&Principal> = None;
+        for e in &self.0 {
+            if ct_eq(&e.digest, &d) && found.is_none() {
+                found = Some(&e.principal);
+            }
+        }
+        found.cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_parse_with_roles_and_agent_limits() {
+        let t = Tokens::parse(
+            "s3cr3tadmin:admin, a9ent-token:agent:report_agent|ops_agent,v1ewer-token:viewer",
+        )
+        .expect("valid");
+        assert_eq!(t.len(), 3);
+        let admin = t.authenticate("s3cr3tadmin").expect("admin");
+        assert_eq!(admin.role, Role::Admin);
+        let agent = t.authenticate("a9ent-token").expect("agent");
+        assert!(agent.may_act_for("report_agent"));
+        assert!(!agent.may_act_for("other_agent"));
+        assert_eq!(
+            t.authenticate("v1ewer-token").map(|p| p.role),
+            Some(Role::Viewer)
+        );
+        assert!(t.authenticate("nope").is_none());
+        assert!(t.authenticate("").is_none());
+    }
+
+    #[test]
+    fn bad_token_lists_are_refused_without_echoing_tokens() {
+        for bad in [
+            "short:admin",
+            "longenough:root",
+            "longenough:viewer:a",
+            "longenough:agent:",
+        ] {
+            let err = Tokens::parse(bad).expect_err(bad);
+            assert!(!err.contains("longenough"), "{err}");
+        }
+        assert!(Tokens::parse("").expect("empty").is_empty());
+        assert!(
+            !format!("{:?}", Tokens::parse("s3cr3tadmin:admin").expect("ok")).contains("s3cr3t")
+        );
+    }
+
+    #[test]
+    fn roles_map_to_actions() {
+        assert_eq!(action_of("GET", "/v1/tasks"), Action::Read);
+        assert_eq!(action_of("POST", "/v1/claims"), Action::AgentWrite);
+        assert_eq!(
+            action_of("POST", "/v1/instances/x/complete"),
+            Action::AgentWrite
+        );
+        assert_eq!(
+            action_of("POST", "/v1/instances/x/cancel"),
+            Action::AdminWrite
+        );
+        assert_eq!(action_of("PUT", "/v1/tasks/x"), Action::AdminWrite);
+        assert!(allows(Role::Viewer, Action::Read));
+        assert!(!allows(Role::Viewer, Action::AgentWrite));
+        assert!(allows(Role::Agent, Action::AgentWrite));
+        assert!(!allows(Role::Agent, Action::AdminWrite));
+        assert!(allows(Role::Admin, Action::AdminWrite));
+    }
+}
