@@ -1,0 +1,190 @@
+//! Access control over real HTTP: who may read, register, claim and complete.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{TestApp, json};
+use kairos::app::Options;
+use kairos::domain::access::Tokens;
+use reqwest::Method;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+const ADMIN: &str = "admin-token-123";
+const AGENT_A: &str = "agent-a-token-123";
+const VIEWER: &str = "viewer-token-123";
+
+async fn secured(pool: PgPool) -> TestApp {
+    let mut opts = Options::api_only("auth");
+    opts.tokens = Arc::new(
+        Tokens::parse(&format!(
+            "{ADMIN}:admin,{AGENT_A}:agent:agent_a,{VIEWER}:viewer"
+        ))
+        .expect("tokens"),
+    );
+    TestApp::spawn_opts(pool, opts).await
+}
+
+async fn call(
+    app: &TestApp,
+    token: Option<&str>,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = app.client.request(method, app.url(path));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    json(req.send().await.expect("sent")).await
+}
+
+#[sqlx::test]
+async fn requests_without_a_valid_token_get_401(pool: PgPool) {
+    let app = secured(pool).await;
+    let resp = app.get("/v1/tasks").await;
+    assert_eq!(resp.status().as_u16(), 401);
+    assert_eq!(
+        resp.headers()["www-authenticate"],
+        "Bearer realm=\"kairos\""
+    );
+    let (status, problem) = call(
+        &app,
+        Some("wrong-token-xyz"),
+        Method::GET,
+        "/v1/tasks",
+        None,
+    )
+    .await;
+    assert_eq!(status, 401);
+    assert_eq!(problem["status"], 401);
+    let (status, _) = call(&app, None, Method::GET, "/metrics", None).await;
+    assert_eq!(status, 401, "metrics need a viewer token");
+    // Probes need no token.
+    assert_eq!(app.get("/healthz").await.status().as_u16(), 200);
+    assert_ne!(app.get("/readyz").await.status().as_u16(), 401);
+}
+
+#[sqlx::test]
+async fn roles_limit_what_a_token_may_do(pool: PgPool) {
+    let app = secured(pool.clone()).await;
+    let task = |agent: &str| json!({"agent_id": agent, "trigger": {"type": "manual"}});
+    let (status, _) = call(
+        &app,
+        Some(VIEWER),
+        Method::PUT,
+        "/v1/tasks/t_a",
+        Some(task("agent_a")),
+    )
+    .await;
+    assert_eq!(status, 403, "a viewer cannot register");
+    let (status, _) = call(
+        &app,
+        Some(AGENT_A),
+        Method::PUT,
+        "/v1/tasks/t_a",
+        Some(task("agent_a")),
+    )
+    .await;
+    assert_eq!(status, 403, "an agent cannot register");
+    for (id, agent) in [("t_a", "agent_a"), ("t_b", "agent_b")] {
+        let (status, _) = call(
+            &app,
+            Some(ADMIN),
+            Method::PUT,
+            &format!("/v1/tasks/{id}"),
+            Some(task(agent)),
+        )
+        .await;
+        assert_eq!(status, 201);
+        let (status, _) = call(
+            &app,
+            Some(ADMIN),
+            Method::POST,
+            &format!("/v1/tasks/{id}/trigger"),
+            Some(json!({})),
+        )
+        .await;
+        assert_eq!(status, 201);
+    }
+    let (status, list) = call(&app, Some(VIEWER), Method::GET, "/v1/tasks", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(2));
+    let (status, _) = call(&app, Some(VIEWER), Method::GET, "/metrics", None).await;
+    assert_eq!(status, 200);
+
+    // Agent A may not claim agent B's work ...
+    let (status, problem) = call(
+        &app,
+        Some(AGENT_A),
+        Method::POST,
+        "/v1/claims",
+        Some(json!({"agent_id": "agent_b", "worker_id": "w"})),
+    )
+    .await;
+    assert_eq!(status, 403, "{problem}");
+    // ... nor complete it, even holding its lease token.
+    let (_, b_claim) = call(
+        &app,
+        Some(ADMIN),
+        Method::POST,
+        "/v1/claims",
+        Some(json!({"agent_id": "agent_b", "worker_id": "w"})),
+    )
+    .await;
+    let b = &b_claim["instances"][0];
+    let path = format!("/v1/instances/{}/complete", b["id"].as_str().unwrap_or(""));
+    let (status, _) = call(
+        &app,
+        Some(AGENT_A),
+        Method::POST,
+        &path,
+        Some(json!({"lease_token": b["lease_token"]})),
+    )
+    .await;
+    assert_eq!(status, 403);
+    // Its own work is fine.
+    let (status, a_claim) = call(
+        &app,
+        Some(AGENT_A),
+        Method::POST,
+        "/v1/claims",
+        Some(json!({"agent_id": "agent_a", "worker_id": "w"})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let a = &a_claim["instances"][0];
+    let path = format!("/v1/instances/{}/complete", a["id"].as_str().unwrap_or(""));
+    let (status, _) = call(
+        &app,
+        Some(AGENT_A),
+        Method::POST,
+        &path,
+        Some(json!({"lease_token": a["lease_token"]})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    // Operator actions are admin only.
+    let path = format!("/v1/instances/{}/retry", a["id"].as_str().unwrap_or(""));
+    let (status, _) = call(&app, Some(AGENT_A), Method::POST, &path, Some(json!({}))).await;
+    assert_eq!(status, 403);
+}
+
+#[test]
+fn a_non_loopback_bind_without_tokens_is_refused_at_start() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kairos"))
+        .arg("serve")
+        .env("KAIROS_CONFIG", "config/kairos.toml")
+        .env("KAIROS_LISTEN", "0.0.0.0:0")
+        .env_remove("KAIROS_AUTH_TOKENS")
+        .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
+        .output()
+        .expect("run kairos");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("without authentication"), "{stderr}");
+}
