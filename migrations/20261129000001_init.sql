@@ -17,6 +17,8 @@ create table tasks (
                          check (trigger_type in ('cron', 'interval', 'once', 'after', 'manual')),
     -- For `after` tasks: the upstream task id (dependency edges, cycle checks).
     upstream_task_id     text,
+    -- How instances reach the agent: agents claim them (poll) or kairos pushes them (webhook).
+    dispatch_mode        text not null default 'poll' check (dispatch_mode in ('poll', 'webhook')),
     paused               boolean not null default false,
     paused_reason        text,
     paused_at            timestamptz,
@@ -89,6 +91,8 @@ create table task_instance (
 -- Claims: pending work of one agent, oldest availability first, then window order.
 create index task_instance_claim_idx on task_instance (agent_id, available_at, scheduled_at)
     where status = 'PENDING';
+-- Webhook dispatch: pending work of any agent by availability.
+create index task_instance_pending_idx on task_instance (available_at) where status = 'PENDING';
 -- Retry scanner: failed instances whose backoff has passed.
 create index task_instance_retry_idx on task_instance (available_at) where status = 'FAILED';
 -- Timeout reaper: running instances by lease expiry and by start.
@@ -122,3 +126,30 @@ create table instance_events (
 );
 
 create index instance_events_instance_idx on instance_events (instance_id, id);
+
+-- The notification outbox: one row per (event, destination URL), written in the same
+-- transaction as the transition that causes the event, delivered at least once by the notifier.
+create table outbox (
+    id               uuid primary key,
+    -- The event; every delivery of it (and every retry) carries the same id for de-duplication.
+    event_id         uuid not null,
+    kind             text not null,
+    task_id          text not null,
+    instance_id      uuid,
+    url              text not null,
+    -- notify.secret of the task when the event happened; signs the delivery.
+    secret           text,
+    payload          jsonb not null,
+    attempts         integer not null default 0 check (attempts >= 0),
+    -- When the notifier may next try (also pushed forward while a delivery is in flight).
+    next_attempt_at  timestamptz not null default now(),
+    created_at       timestamptz not null default now(),
+    delivered_at     timestamptz,
+    undeliverable_at timestamptz,
+    last_error       text,
+    check (delivered_at is null or undeliverable_at is null)
+);
+
+create index outbox_due_idx on outbox (next_attempt_at)
+    where delivered_at is null and undeliverable_at is null;
+create index outbox_event_idx on outbox (event_id);

@@ -15,10 +15,13 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::domain::access::Tokens;
 use crate::http::{self, AppState, ClaimSettings};
+use crate::outbound::AllowList;
 use crate::services::Heartbeats;
+use crate::services::notifier::{Notifier, NotifierConfig};
 use crate::services::retry_scanner::{RetryScanner, RetryScannerConfig};
 use crate::services::timeout_reaper::{TimeoutReaper, TimeoutReaperConfig};
 use crate::services::trigger_loop::{TriggerLoop, TriggerLoopConfig};
+use crate::services::webhook_dispatcher::{WebhookDispatcher, WebhookDispatcherConfig};
 use crate::services::work_signal::WorkSignal;
 use crate::store;
 
@@ -35,6 +38,11 @@ pub struct Options {
     pub shutdown_grace: Duration,
     /// Bearer tokens; empty runs open.
     pub tokens: Arc<Tokens>,
+    /// Webhook pushes; its `public_url`, when empty, becomes `http://<bound address>`.
+    pub webhook: Option<WebhookDispatcherConfig>,
+    pub notifier: Option<NotifierConfig>,
+    /// Hosts webhook and notification URLs may name (checked at registration too).
+    pub allow_list: AllowList,
 }
 
 impl Options {
@@ -65,6 +73,22 @@ impl Options {
             shutdown_grace: Duration::from_secs(cfg.shutdown_grace_seconds),
             // Validated by Config::load; a failure here means no tokens.
             tokens: Arc::new(Tokens::parse(&cfg.auth_tokens.0).unwrap_or_default()),
+            webhook: Some(WebhookDispatcherConfig {
+                node_id: cfg.node_id.clone(),
+                interval: Duration::from_millis(cfg.webhook_interval_ms),
+                max_in_flight: cfg.webhook_max_in_flight,
+                max_per_task: cfg.webhook_max_per_task,
+                public_url: cfg.public_url.clone(),
+                allow_list: AllowList::parse(&cfg.outbound_allowed_hosts),
+            }),
+            notifier: Some(NotifierConfig {
+                interval: Duration::from_millis(cfg.notifier_interval_ms),
+                timeout: Duration::from_secs(cfg.notify_timeout_seconds),
+                max_age_seconds: cfg.notify_max_age_seconds,
+                allow_list: AllowList::parse(&cfg.outbound_allowed_hosts),
+                ..NotifierConfig::default()
+            }),
+            allow_list: AllowList::parse(&cfg.outbound_allowed_hosts),
         }
     }
 
@@ -79,6 +103,9 @@ impl Options {
             claims: ClaimSettings::default(),
             shutdown_grace: Duration::from_secs(10),
             tokens: Arc::new(Tokens::default()),
+            webhook: None,
+            notifier: None,
+            allow_list: AllowList::default(),
         }
     }
 }
@@ -120,6 +147,17 @@ pub fn start(pool: PgPool, listener: TcpListener, opts: Options) -> anyhow::Resu
     let work_signal = WorkSignal::new();
     let signal = CancellationToken::new();
     let signal_task = tokio::spawn(work_signal.clone().run(pool.clone(), signal.clone()));
+    if let Some(mut cfg) = opts.webhook.clone() {
+        if cfg.public_url.is_empty() {
+            cfg.public_url = format!("http://{addr}");
+        }
+        let dispatcher = WebhookDispatcher::new(pool.clone(), cfg, heartbeats.clone());
+        loop_tasks.spawn(dispatcher.run(work_signal.clone(), loops.child_token()));
+    }
+    if let Some(cfg) = opts.notifier.clone() {
+        let notifier = Notifier::new(pool.clone(), cfg, heartbeats.clone());
+        loop_tasks.spawn(notifier.run(loops.child_token()));
+    }
 
     let state = AppState {
         pool,
@@ -130,6 +168,7 @@ pub fn start(pool: PgPool, listener: TcpListener, opts: Options) -> anyhow::Resu
         // Long polls end when the loops stop: no new claims once shutdown begins.
         shutdown: loops.clone(),
         tokens: opts.tokens.clone(),
+        allow_list: opts.allow_list.clone(),
     };
     let app = http::router(state, opts.max_body_bytes);
     let stop = http_stop.clone();

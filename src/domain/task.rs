@@ -221,12 +221,26 @@ impl Execution {
     }
 }
 
-/// How instances reach the agent. Only `poll` is served by this version; `webhook` push is
-/// refused at registration until the dispatcher exists, rather than accepted and never pushed.
+/// How instances reach the agent: agents claim them (`poll`), or kairos pushes each one to
+/// `url` signed with `secret` (`webhook`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "snake_case")]
 pub enum Dispatch {
     Poll,
+    Webhook {
+        url: String,
+        /// Write-only: never returned by the API.
+        secret: String,
+    },
+}
+
+impl Dispatch {
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Dispatch::Poll => "poll",
+            Dispatch::Webhook { .. } => "webhook",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -292,8 +306,10 @@ impl TaskSpec {
     /// The spec as the API shows it: write-only secrets removed.
     pub fn to_public_json(&self) -> Value {
         let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
-        if let Some(notify) = v.get_mut("notify").and_then(Value::as_object_mut) {
-            notify.remove("secret");
+        for section in ["notify", "dispatch"] {
+            if let Some(obj) = v.get_mut(section).and_then(Value::as_object_mut) {
+                obj.remove("secret");
+            }
         }
         v
     }
@@ -812,11 +828,41 @@ fn parse_dispatch(value: Option<&Value>, errs: &mut Errors) -> Dispatch {
             Dispatch::Poll
         }
         Some(Value::String(s)) if s == "webhook" => {
-            errs.push(
-                "dispatch.mode",
-                "webhook push is not available in this version of kairos; use poll",
-            );
-            Dispatch::Poll
+            let url = match d.get("url") {
+                Some(Value::String(u)) => match check_url(u) {
+                    Ok(()) => Some(u.clone()),
+                    Err(m) => {
+                        errs.push("dispatch.url", m);
+                        None
+                    }
+                },
+                None | Some(Value::Null) => {
+                    errs.push("dispatch.url", "is required for webhook dispatch");
+                    None
+                }
+                Some(_) => {
+                    errs.push("dispatch.url", "must be a URL string");
+                    None
+                }
+            };
+            let secret = match d.get("secret") {
+                Some(Value::String(s)) if !s.is_empty() && s.len() <= 1024 => Some(s.clone()),
+                None | Some(Value::Null) => {
+                    errs.push(
+                        "dispatch.secret",
+                        "is required for webhook dispatch: pushes are signed with it",
+                    );
+                    None
+                }
+                Some(_) => {
+                    errs.push("dispatch.secret", "must be a string of 1-1024 characters");
+                    None
+                }
+            };
+            match (url, secret) {
+                (Some(url), Some(secret)) => Dispatch::Webhook { url, secret },
+                _ => Dispatch::Poll,
+            }
         }
         Some(_) => {
             errs.push("dispatch.mode", "must be one of poll, webhook");
@@ -1043,6 +1089,26 @@ mod tests {
             fields(json!({"agent_id": "a", "trigger": {"type": "manual"}, "context": {"k": big}})),
             vec!["context"]
         );
+    }
+
+    #[test]
+    fn webhook_dispatch_needs_a_url_and_a_secret_that_is_never_shown() {
+        assert_eq!(
+            fields(
+                json!({"agent_id": "a", "trigger": {"type": "manual"}, "dispatch": {"mode": "webhook"}})
+            ),
+            vec!["dispatch.url", "dispatch.secret"]
+        );
+        let s = parse_submission(
+            "t1",
+            &json!({"agent_id": "a", "trigger": {"type": "manual"},
+                    "dispatch": {"mode": "webhook", "url": "https://agent.example/run", "secret": "hush-hush"}}),
+        )
+        .expect("valid");
+        assert_eq!(s.spec.dispatch.mode(), "webhook");
+        let public = s.spec.to_public_json().to_string();
+        assert!(!public.contains("hush-hush"), "{public}");
+        assert!(public.contains("https://agent.example/run"));
     }
 
     #[test]

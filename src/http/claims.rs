@@ -13,7 +13,6 @@ use tokio::time::Instant;
 use super::auth::check_agent;
 use super::error::ApiError;
 use super::extract::{JsonBody, body_object, int_field, string_field};
-use super::instances::instance_json;
 use super::{AppState, RouteTable};
 use crate::domain::access::Principal;
 use crate::domain::task::valid_name;
@@ -28,14 +27,6 @@ const FALLBACK_POLL: Duration = Duration::from_secs(1);
 
 pub fn routes(t: RouteTable) -> RouteTable {
     t.add("post", "/v1/claims", post(claim))
-}
-
-/// A claimed instance as the agent receives it: the instance plus its lease token and context.
-pub fn claimed_json(c: &Claimed) -> Value {
-    let mut v = instance_json(&c.instance);
-    v["lease_token"] = json!(c.lease_token);
-    v["context"] = c.context.clone();
-    v
 }
 
 fn name_field(m: &serde_json::Map<String, Value>, key: &str) -> Result<String, ApiError> {
@@ -100,7 +91,7 @@ async fn claim(
                 tracing::debug!(task_id = %i.task_id, window_key = %i.window_key, instance_id = %i.id, attempt = i.attempt, worker_id = %req.worker_id, "instance claimed");
             }
             return Ok(Json(json!({
-                "instances": claimed.iter().map(claimed_json).collect::<Vec<_>>()
+                "instances": claimed.iter().map(Claimed::to_json).collect::<Vec<_>>()
             })));
         }
         let now = Instant::now();

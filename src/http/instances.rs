@@ -212,7 +212,7 @@ async fn fail(
         Some(_) => return Err(ApiError::invalid("retryable", "must be a boolean")),
     };
     let actor = worker_actor(&current);
-    let inst = store_instances::fail(&state.pool, id, token, &error, retryable, &actor)
+    let inst = store_instances::fail(&state.pool, id, token, &error, retryable, "agent", &actor)
         .await
         .map_err(|e| not_found_instance(e, &id))?;
     tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, status = %inst.status, retryable, reason = %inst.error.as_deref().unwrap_or(""), "instance failed");

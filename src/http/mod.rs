@@ -21,6 +21,7 @@ use tower_http::trace::TraceLayer;
 use std::sync::Arc;
 
 use crate::domain::access::Tokens;
+use crate::outbound::AllowList;
 use crate::services::Heartbeats;
 use crate::services::work_signal::WorkSignal;
 use error::ApiError;
@@ -59,6 +60,8 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// Bearer tokens; empty runs open (loopback only, enforced by configuration).
     pub tokens: Arc<Tokens>,
+    /// Hosts webhook and notification URLs may name.
+    pub allow_list: AllowList,
 }
 
 /// A router that remembers which (method, path) pairs it serves.

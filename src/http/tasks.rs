@@ -17,7 +17,7 @@ use super::error::ApiError;
 use super::extract::{JsonBody, QueryParams, decode_cursor, encode_cursor, page_limit};
 use super::{AppState, RouteTable};
 use crate::domain::schedule::{CronSchedule, format_instant, window_key};
-use crate::domain::task::{Task, parse_submission};
+use crate::domain::task::{FieldError, Task, parse_submission};
 use crate::store::{self, tasks as store_tasks};
 
 /// Most windows or fire times one preview returns.
@@ -106,6 +106,7 @@ async fn put_task(
         ));
     }
     let sub = parse_submission(&id, &body).map_err(ApiError::Invalid)?;
+    check_outbound_hosts(&state, &sub.spec)?;
     let expected = match if_match(&headers)? {
         None => None,
         Some(IfMatch::Version(v)) => Some(v),
@@ -141,6 +142,35 @@ async fn get_task(
         .await
         .map_err(|e| not_found_task(e, &id))?;
     Ok(task_response(StatusCode::OK, &task))
+}
+
+/// Webhook and notification URLs must name an allowed host (`outbound_allowed_hosts`).
+fn check_outbound_hosts(
+    state: &AppState,
+    spec: &crate::domain::task::TaskSpec,
+) -> Result<(), ApiError> {
+    let mut errors = Vec::new();
+    let message = "names a host outside outbound_allowed_hosts";
+    if let crate::domain::task::Dispatch::Webhook { url, .. } = &spec.dispatch
+        && !state.allow_list.allows(url)
+    {
+        errors.push(FieldError::new("dispatch.url", message));
+    }
+    for (list, urls) in [
+        ("on_success", &spec.notify.on_success),
+        ("on_failure", &spec.notify.on_failure),
+    ] {
+        for (i, url) in urls.iter().enumerate() {
+            if !state.allow_list.allows(url) {
+                errors.push(FieldError::new(format!("notify.{list}[{i}]"), message));
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::Invalid(errors))
+    }
 }
 
 fn not_found_task(e: store::Error, id: &str) -> ApiError {

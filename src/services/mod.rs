@@ -1,9 +1,11 @@
 //! Background loops, one file each. Every loop has a `…Config`, a `run(self, shutdown)` that
 //! survives database errors with backoff, and a public `run_once` that tests drive directly.
 
+pub mod notifier;
 pub mod retry_scanner;
 pub mod timeout_reaper;
 pub mod trigger_loop;
+pub mod webhook_dispatcher;
 pub mod work_signal;
 
 use std::collections::HashMap;

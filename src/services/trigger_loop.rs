@@ -18,13 +18,14 @@ use super::{Heartbeats, error_backoff, error_chain};
 use crate::domain::instance::InstanceStatus;
 use crate::domain::policy::{SkipReason, plan_due_windows};
 use crate::domain::schedule::window_key;
+use crate::store::instances::InsertReport;
 use crate::store::instances::{
     NewInstance, cancel_windows, insert_windows, notify_work, unfinished_windows,
 };
 use crate::store::tasks::{
     CursorMove, advance_tasks, earliest_fire_at, lock_due_tasks, quarantine_task,
 };
-use crate::store::{self, TASKS_CHANNEL, map_db_error};
+use crate::store::{self, TASKS_CHANNEL, map_db_error, outbox};
 
 pub const LOOP_NAME: &str = "trigger";
 pub const DEFAULT_BATCH_SIZE: i64 = 500;
@@ -118,6 +119,7 @@ impl TriggerLoop {
 
         let mut rows: Vec<NewInstance> = Vec::new();
         let mut moves = Vec::with_capacity(due.len());
+        let mut not_recorded: Vec<(String, u64)> = Vec::new();
         for task in &due {
             let id = task.spec.id.as_str();
             let schedule = match task.spec.trigger.schedule() {
@@ -139,6 +141,7 @@ impl TriggerLoop {
             );
             report.num_tasks += 1;
             if plan.not_recorded > 0 {
+                not_recorded.push((id.to_owned(), plan.not_recorded));
                 report.num_not_recorded += plan.not_recorded;
                 metrics::counter!("kairos_catchup_not_recorded_total").increment(plan.not_recorded);
                 tracing::warn!(
@@ -193,6 +196,7 @@ impl TriggerLoop {
 
         let inserted = insert_windows(&mut tx, &rows, &actor).await?;
         advance_tasks(&mut tx, &moves).await?;
+        outbox::enqueue(&mut tx, &missed_events(&rows, &inserted, &not_recorded)).await?;
         // Wake the long-polling claims of every agent that got claimable work.
         let mut agents: Vec<&str> = inserted
             .created
@@ -347,4 +351,52 @@ async fn recv(listener: &mut Option<PgListener>) -> Result<bool, sqlx::Error> {
         Some(l) => l.recv().await.map(|_| true),
         None => std::future::pending().await,
     }
+}
+
+/// One `windows.missed` notification per task whose missed windows this pass recorded (or could
+/// not record, beyond the catch-up bound).
+fn missed_events(
+    rows: &[NewInstance],
+    inserted: &InsertReport,
+    not_recorded: &[(String, u64)],
+) -> Vec<outbox::Event> {
+    use std::collections::BTreeMap;
+    let created: std::collections::HashSet<(&str, &str)> = inserted
+        .created
+        .iter()
+        .map(|c| (c.task_id.as_str(), c.window_key.as_str()))
+        .collect();
+    let mut per_task: BTreeMap<&str, (usize, &str, &str, u64)> = BTreeMap::new();
+    for r in rows.iter().filter(|r| {
+        r.skip_reason.as_deref() == Some("missed")
+            && created.contains(&(r.task_id.as_str(), r.window_key.as_str()))
+    }) {
+        let e = per_task.entry(r.task_id.as_str()).or_insert((
+            0,
+            r.window_key.as_str(),
+            r.window_key.as_str(),
+            0,
+        ));
+        e.0 += 1;
+        e.2 = r.window_key.as_str();
+    }
+    for (task, n) in not_recorded {
+        per_task.entry(task.as_str()).or_insert((0, "", "", 0)).3 = *n;
+    }
+    per_task
+        .into_iter()
+        .map(|(task, (count, first, last, beyond))| outbox::Event {
+            kind: "windows.missed",
+            task_id: task.to_owned(),
+            instance_id: None,
+            list: outbox::NotifyList::OnFailure,
+            data: serde_json::json!({
+                "recorded": count,
+                "first_window": (!first.is_empty()).then_some(first),
+                "last_window": (!last.is_empty()).then_some(last),
+                "not_recorded": beyond,
+                "reason": "missed",
+            }),
+        })
+        .collect()
 }

@@ -10,7 +10,7 @@ use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::{Error, Result, map_db_error};
+use super::{Error, Result, map_db_error, outbox};
 use crate::domain::instance::{
     Event, Instance, InstanceStatus, Source, idempotency_key, legal_sources, transition,
 };
@@ -366,6 +366,10 @@ pub struct Claimed {
     pub instance: Instance,
     pub lease_token: Uuid,
     pub context: Value,
+    /// The task's `dispatch` object (webhook URL and secret for pushed instances).
+    pub dispatch: Option<Value>,
+    /// The task's `timeout_seconds` when claimed.
+    pub timeout_seconds: i64,
 }
 
 #[derive(sqlx::FromRow)]
@@ -374,6 +378,8 @@ struct ClaimedRow {
     instance: InstanceRow,
     lease_token: Uuid,
     context: Json<Value>,
+    dispatch: Option<Json<Value>>,
+    timeout_seconds: i64,
 }
 
 #[derive(sqlx::FromRow)]
@@ -383,30 +389,74 @@ struct ClaimableTask {
     timeout: i64,
 }
 
-/// Claim up to `max_instances` PENDING instances of `agent_id` whose `available_at` has come,
-/// of unpaused tasks, never exceeding a task's `concurrency_limit` RUNNING, oldest availability
+/// Whose work a claim takes.
+#[derive(Debug, Clone, Copy)]
+pub enum ClaimScope<'a> {
+    /// An agent polling for its poll-mode tasks, with the lease it asked for.
+    Agent {
+        agent_id: &'a str,
+        lease_seconds: i64,
+    },
+    /// The webhook dispatcher, for webhook-mode tasks of any agent, at most `max_per_task`
+    /// RUNNING per task; the lease is the task's `timeout_seconds`.
+    Webhook { max_per_task: i64 },
+}
+
+/// Claim up to `max_instances` PENDING instances of `agent_id` (see [`claim_scoped`]).
+pub async fn claim(pool: &PgPool, req: &ClaimRequest, actor: &str) -> Result<Vec<Claimed>> {
+    let scope = ClaimScope::Agent {
+        agent_id: &req.agent_id,
+        lease_seconds: req.lease_seconds,
+    };
+    claim_scoped(pool, scope, &req.worker_id, req.max_instances, actor).await
+}
+
+/// Claim up to `max_instances` PENDING instances in `scope` whose `available_at` has come, of
+/// unpaused tasks, never exceeding a task's `concurrency_limit` RUNNING, oldest availability
 /// then window first. Each claimed instance gets a fresh lease token.
 ///
 /// The candidate tasks are locked (`FOR UPDATE SKIP LOCKED`) for the length of the claim, which
 /// serialises claimers of one task: two of them cannot both see room under the limit.
-pub async fn claim(pool: &PgPool, req: &ClaimRequest, actor: &str) -> Result<Vec<Claimed>> {
+pub async fn claim_scoped(
+    pool: &PgPool,
+    scope: ClaimScope<'_>,
+    worker_id: &str,
+    max_instances: i64,
+    actor: &str,
+) -> Result<Vec<Claimed>> {
     let mut tx = pool.begin().await.map_err(map_db_error)?;
-    let scan = (req.max_instances * 8).clamp(32, 1000);
+    let scan = (max_instances * 8).clamp(32, 1000);
+    let (agent, lease, cap, mode) = match scope {
+        ClaimScope::Agent {
+            agent_id,
+            lease_seconds,
+        } => (
+            Some(agent_id),
+            Some(lease_seconds),
+            i64::from(i32::MAX),
+            "poll",
+        ),
+        ClaimScope::Webhook { max_per_task } => (None, None, max_per_task, "webhook"),
+    };
     let tasks: Vec<ClaimableTask> = sqlx::query_as(
         "select t.id, \
-             coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1) as lim, \
+             least(coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1), $4)::int as lim, \
              coalesce((t.spec->'execution'->>'timeout_seconds')::bigint, 600) as timeout \
          from tasks t \
-         where not t.paused and t.id in ( \
+         where not t.paused and t.dispatch_mode = $3 and t.id in ( \
              select i.task_id from task_instance i \
-             where i.status = 'PENDING' and i.agent_id = $1 and i.available_at <= now() \
-               and exists (select 1 from tasks p where p.id = i.task_id and not p.paused) \
+             where i.status = 'PENDING' and ($1::text is null or i.agent_id = $1) \
+               and i.available_at <= now() \
+               and exists (select 1 from tasks p \
+                           where p.id = i.task_id and not p.paused and p.dispatch_mode = $3) \
              order by i.available_at, i.scheduled_at limit $2) \
          order by t.id \
          for update of t skip locked",
     )
-    .bind(&req.agent_id)
+    .bind(agent)
     .bind(scan)
+    .bind(mode)
+    .bind(cap)
     .fetch_all(&mut *tx)
     .await
     .map_err(map_db_error)?;
@@ -428,8 +478,8 @@ pub async fn claim(pool: &PgPool, req: &ClaimRequest, actor: &str) -> Result<Vec
              left join running r on r.task_id = l.task_id \
              cross join lateral ( \
                  select i.id, i.available_at, i.scheduled_at from task_instance i \
-                 where i.task_id = l.task_id and i.status = 'PENDING' and i.agent_id = $1 \
-                   and i.available_at <= now() \
+                 where i.task_id = l.task_id and i.status = 'PENDING' \
+                   and ($1::text is null or i.agent_id = $1) and i.available_at <= now() \
                  order by i.available_at, i.scheduled_at, i.id \
                  limit greatest(least(l.lim - coalesce(r.n, 0), $5), 0) \
              ) c \
@@ -437,7 +487,7 @@ pub async fn claim(pool: &PgPool, req: &ClaimRequest, actor: &str) -> Result<Vec
              limit $5 \
          ), upd as ( \
              update task_instance i set status = 'RUNNING', lease_token = gen_random_uuid(), \
-                 lease_expires_at = now() + make_interval(secs => $6), \
+                 lease_expires_at = now() + make_interval(secs => coalesce($6, chosen.timeout)), \
                  deadline_at = now() + make_interval(secs => chosen.timeout), \
                  worker_id = $7, started_at = now(), updated_at = now() \
              from chosen where i.id = chosen.id and i.status = 'PENDING' \
@@ -446,23 +496,25 @@ pub async fn claim(pool: &PgPool, req: &ClaimRequest, actor: &str) -> Result<Vec
              insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
              select id, attempt, 'PENDING', 'RUNNING', $8, 'claimed by worker ' || worker_id from upd \
          ) \
-         select upd.id, upd.task_id, upd.agent_id, upd.window_key, upd.scheduled_at, upd.status, upd.source, \
-             upd.attempt, upd.max_attempts, upd.available_at, upd.lease_expires_at, upd.worker_id, \
-             upd.started_at, upd.finished_at, upd.result, upd.error, upd.error_kind, \
-             upd.skip_reason, upd.upstream_instance_id, upd.upstream_result_digest, \
-             upd.created_at, upd.updated_at, upd.lease_token, \
+         select upd.id, upd.task_id, upd.agent_id, upd.window_key, upd.scheduled_at, upd.status, \
+             upd.source, upd.attempt, upd.max_attempts, upd.available_at, upd.lease_expires_at, \
+             upd.worker_id, upd.started_at, upd.finished_at, upd.result, upd.error, \
+             upd.error_kind, upd.skip_reason, upd.upstream_instance_id, \
+             upd.upstream_result_digest, upd.created_at, upd.updated_at, upd.lease_token, \
              coalesce(t.spec->'context', '{}'::jsonb) || coalesce(upd.context_override, '{}'::jsonb) \
-                 as context \
+                 as context, \
+             t.spec->'dispatch' as dispatch, \
+             coalesce((t.spec->'execution'->>'timeout_seconds')::bigint, 600) as timeout_seconds \
          from upd join tasks t on t.id = upd.task_id \
          order by upd.available_at, upd.scheduled_at, upd.id",
     )
-    .bind(&req.agent_id)
+    .bind(agent)
     .bind(&ids)
     .bind(&lims)
     .bind(&timeouts)
-    .bind(req.max_instances)
-    .bind(req.lease_seconds as f64)
-    .bind(&req.worker_id)
+    .bind(max_instances)
+    .bind(lease.map(|l| l as f64))
+    .bind(worker_id)
     .bind(actor)
     .fetch_all(&mut *tx)
     .await
@@ -474,9 +526,21 @@ pub async fn claim(pool: &PgPool, req: &ClaimRequest, actor: &str) -> Result<Vec
                 instance: r.instance.try_into()?,
                 lease_token: r.lease_token,
                 context: r.context.0,
+                dispatch: r.dispatch.map(|d| d.0),
+                timeout_seconds: r.timeout_seconds,
             })
         })
         .collect()
+}
+
+impl Claimed {
+    /// The instance as its lease holder receives it: the instance plus lease token and context.
+    pub fn to_json(&self) -> Value {
+        let mut v = serde_json::to_value(&self.instance).unwrap_or(Value::Null);
+        v["lease_token"] = serde_json::json!(self.lease_token);
+        v["context"] = self.context.clone();
+        v
+    }
 }
 
 /// When the earliest PENDING instance of `agent_id` becomes claimable, and the database's now.
@@ -584,6 +648,17 @@ pub async fn complete(
     let inst: Instance = row.try_into()?;
     notify_if_queued(&mut tx, &inst.task_id).await?;
     trigger_dependents(&mut tx, &inst, result).await?;
+    outbox::enqueue(
+        &mut tx,
+        &[outbox::Event {
+            kind: "instance.succeeded",
+            task_id: inst.task_id.clone(),
+            instance_id: Some(inst.id),
+            list: outbox::NotifyList::OnSuccess,
+            data: serde_json::json!({ "instance": inst }),
+        }],
+    )
+    .await?;
     tx.commit().await.map_err(map_db_error)?;
     Ok(inst)
 }
@@ -786,6 +861,21 @@ pub async fn record_failures(
         .into_iter()
         .map(Instance::try_from)
         .collect::<Result<_>>()?;
+    let events: Vec<outbox::Event> = written
+        .iter()
+        .map(|i| outbox::Event {
+            kind: if i.status == InstanceStatus::Dead {
+                "instance.dead"
+            } else {
+                "instance.failed"
+            },
+            task_id: i.task_id.clone(),
+            instance_id: Some(i.id),
+            list: outbox::NotifyList::OnFailure,
+            data: serde_json::json!({ "instance": i }),
+        })
+        .collect();
+    outbox::enqueue(conn, &events).await?;
     let mut tasks: Vec<&str> = written.iter().map(|i| i.task_id.as_str()).collect();
     tasks.sort_unstable();
     tasks.dedup();
@@ -977,13 +1067,15 @@ pub fn plan_failure(
     }
 }
 
-/// The agent's `fail`: RUNNING → FAILED or DEAD under the lease token.
+/// A failed attempt reported by its lease holder (the agent's `fail`, or the webhook dispatcher
+/// with `error_kind = dispatch`): RUNNING → FAILED or DEAD under the lease token.
 pub async fn fail(
     pool: &PgPool,
     id: Uuid,
     lease_token: Uuid,
     error: &str,
     retryable: bool,
+    error_kind: &'static str,
     actor: &str,
 ) -> Result<Instance> {
     let mut tx = pool.begin().await.map_err(map_db_error)?;
@@ -991,7 +1083,13 @@ pub async fn fail(
         drop(tx);
         return Err(fence_error(pool, id).await);
     };
-    let failure = plan_failure(&attempt, retryable, error, "agent", rand::random::<f64>());
+    let failure = plan_failure(
+        &attempt,
+        retryable,
+        error,
+        error_kind,
+        rand::random::<f64>(),
+    );
     let mut written = record_failures(&mut tx, &[failure], actor).await?;
     let inst = written.pop().ok_or_else(|| {
         Error::Stale(format!(

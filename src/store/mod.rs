@@ -4,6 +4,7 @@
 
 pub mod events;
 pub mod instances;
+pub mod outbox;
 pub mod tasks;
 
 use sqlx::PgPool;

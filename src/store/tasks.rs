@@ -212,8 +212,8 @@ pub async fn upsert_task(
             let paused = sub.paused.unwrap_or(false);
             let inserted = sqlx::query(
                 "insert into tasks (id, agent_id, spec, trigger_type, upstream_task_id, paused, \
-                                    paused_reason, paused_at, next_fire_at) \
-                 values ($1, $2, $3, $4, $5, $6, $7, case when $6 then now() end, $8) \
+                                    paused_reason, paused_at, next_fire_at, dispatch_mode) \
+                 values ($1, $2, $3, $4, $5, $6, $7, case when $6 then now() end, $8, $9) \
                  on conflict (id) do nothing",
             )
             .bind(spec.id.as_str())
@@ -224,6 +224,7 @@ pub async fn upsert_task(
             .bind(paused)
             .bind(paused.then_some("paused at registration"))
             .bind(first_fire_at(&spec.trigger, now)?)
+            .bind(spec.dispatch.mode())
             .execute(&mut *tx)
             .await
             .map_err(map_db_error)?;
@@ -255,7 +256,7 @@ pub async fn upsert_task(
                      paused_reason = case when $7 then coalesce(paused_reason, 'paused by task definition') end, \
                      paused_at = case when $7 then coalesce(paused_at, now()) end, \
                      resume_at = case when $7 then resume_at end, \
-                     version = version + 1, updated_at = now() \
+                     dispatch_mode = $8, version = version + 1, updated_at = now() \
                  where id = $1",
             )
             .bind(spec.id.as_str())
@@ -265,6 +266,7 @@ pub async fn upsert_task(
             .bind(spec.trigger.upstream().map(TaskId::as_str))
             .bind(next_fire_at)
             .bind(paused)
+            .bind(spec.dispatch.mode())
             .execute(&mut *tx)
             .await
             .map_err(map_db_error)?;
@@ -471,6 +473,21 @@ pub async fn open_circuits(conn: &mut PgConnection, task_ids: &[&str]) -> Result
     .fetch_all(&mut *conn)
     .await
     .map_err(map_db_error)?;
+    let events: Vec<super::outbox::Event> = opened
+        .iter()
+        .map(|(id, failures, resume_at)| super::outbox::Event {
+            kind: "circuit.opened",
+            task_id: id.clone(),
+            instance_id: None,
+            list: super::outbox::NotifyList::OnFailure,
+            data: serde_json::json!({
+                "consecutive_failures": failures,
+                "resume_at": resume_at.map(crate::domain::schedule::format_instant),
+                "reason": format!("circuit open: {failures} consecutive failed attempts"),
+            }),
+        })
+        .collect();
+    super::outbox::enqueue(conn, &events).await?;
     for (id, failures, resume_at) in &opened {
         metrics::counter!("kairos_circuit_opened_total").increment(1);
         tracing::warn!(

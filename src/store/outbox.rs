@@ -1,0 +1,155 @@
+//! The `outbox` table: notifications written in the same transaction as the transition that
+//! causes them, then delivered at least once by the notifier loop. A delivery is claimed by
+//! pushing its `next_attempt_at` forward (a lease), so a notifier that dies mid-delivery leaves
+//! the row to be tried again, never lost.
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use super::{Result, map_db_error};
+
+/// Which `notify` list of the task an event goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotifyList {
+    OnSuccess,
+    OnFailure,
+}
+
+impl NotifyList {
+    fn key(self) -> &'static str {
+        match self {
+            NotifyList::OnSuccess => "on_success",
+            NotifyList::OnFailure => "on_failure",
+        }
+    }
+}
+
+/// One event to announce to a task's receivers.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub kind: &'static str,
+    pub task_id: String,
+    pub instance_id: Option<Uuid>,
+    pub list: NotifyList,
+    /// Event-specific data (the instance, counts, reasons).
+    pub data: Value,
+}
+
+/// Write one outbox row per (event, URL of the task's list), in the caller's transaction.
+/// Tasks without URLs in that list get nothing. Returns the rows written.
+pub async fn enqueue(conn: &mut PgConnection, events: &[Event]) -> Result<u64> {
+    if events.is_empty() {
+        return Ok(0);
+    }
+    let now = Utc::now();
+    let ids: Vec<Uuid> = events.iter().map(|_| Uuid::now_v7()).collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind).collect();
+    let tasks: Vec<&str> = events.iter().map(|e| e.task_id.as_str()).collect();
+    let instances: Vec<Option<Uuid>> = events.iter().map(|e| e.instance_id).collect();
+    let lists: Vec<&str> = events.iter().map(|e| e.list.key()).collect();
+    let payloads: Vec<Json<Value>> = events
+        .iter()
+        .zip(&ids)
+        .map(|(e, id)| {
+            Json(json!({
+                "event_id": id,
+                "type": e.kind,
+                "occurred_at": crate::domain::schedule::format_instant(now),
+                "task_id": e.task_id,
+                "data": e.data,
+            }))
+        })
+        .collect();
+    let written = sqlx::query(
+        "insert into outbox (id, event_id, kind, task_id, instance_id, url, secret, payload) \
+         select gen_random_uuid(), e.event_id, e.kind, t.id, e.instance_id, u.url, \
+             t.spec->'notify'->>'secret', e.payload \
+         from unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5::text[], $6::jsonb[]) \
+             as e(event_id, kind, task_id, instance_id, list, payload) \
+         join tasks t on t.id = e.task_id \
+         cross join lateral jsonb_array_elements_text( \
+             coalesce(t.spec->'notify'->e.list, '[]'::jsonb)) as u(url)",
+    )
+    .bind(&ids)
+    .bind(&kinds)
+    .bind(&tasks)
+    .bind(&instances)
+    .bind(&lists)
+    .bind(&payloads)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    Ok(written.rows_affected())
+}
+
+/// A delivery the notifier holds.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Delivery {
+    pub id: Uuid,
+    pub event_id: Uuid,
+    pub kind: String,
+    pub task_id: String,
+    pub url: String,
+    pub secret: Option<String>,
+    pub payload: Json<Value>,
+    pub attempts: i32,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Take up to `limit` due deliveries for `hold_seconds` (their `next_attempt_at` moves past the
+/// delivery's timeout, so no other notifier takes them meanwhile).
+pub async fn take_due(pool: &PgPool, limit: i64, hold_seconds: f64) -> Result<Vec<Delivery>> {
+    sqlx::query_as(
+        "update outbox o set next_attempt_at = now() + make_interval(secs => $2), \
+             attempts = o.attempts + 1 \
+         where o.id in ( \
+             select id from outbox \
+             where delivered_at is null and undeliverable_at is null and next_attempt_at <= now() \
+             order by next_attempt_at limit $1 for update skip locked) \
+         returning o.id, o.event_id, o.kind, o.task_id, o.url, o.secret, o.payload, o.attempts, \
+             o.created_at",
+    )
+    .bind(limit)
+    .bind(hold_seconds)
+    .fetch_all(pool)
+    .await
+    .map_err(map_db_error)
+}
+
+pub async fn mark_delivered(pool: &PgPool, id: Uuid) -> Result<()> {
+    sqlx::query("update outbox set delivered_at = now(), last_error = null where id = $1")
+        .bind(id)
+        .execute(pool)
+        .await
+        .map_err(map_db_error)?;
+    Ok(())
+}
+
+/// Record a failed try: retry after `retry_in`, or give up when the delivery is older than
+/// `max_age_seconds`. Returns true when it was given up.
+pub async fn mark_failed(
+    pool: &PgPool,
+    id: Uuid,
+    error: &str,
+    retry_in: std::time::Duration,
+    max_age_seconds: i64,
+) -> Result<bool> {
+    let gave_up: bool = sqlx::query_scalar(
+        "update outbox set last_error = $2, \
+             undeliverable_at = case when created_at < now() - make_interval(secs => $4) \
+                 then now() end, \
+             next_attempt_at = now() + make_interval(secs => $3) \
+         where id = $1 returning undeliverable_at is not null",
+    )
+    .bind(id)
+    .bind(error)
+    .bind(retry_in.as_secs_f64())
+    .bind(max_age_seconds as f64)
+    .fetch_one(pool)
+    .await
+    .map_err(map_db_error)?;
+    Ok(gave_up)
+}

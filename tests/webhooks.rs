@@ -1,0 +1,523 @@
+//! Webhook push and notifications against a real local HTTP receiver (a small axum server),
+//! not a mocked client.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use common::{TestApp, eventually, json};
+use hmac::{Hmac, KeyInit, Mac};
+use kairos::app::Options;
+use kairos::services::Heartbeats;
+use kairos::services::notifier::{Notifier, NotifierConfig};
+use kairos::services::retry_scanner::{RetryScanner, RetryScannerConfig};
+use kairos::services::trigger_loop::TriggerLoopConfig;
+use kairos::services::webhook_dispatcher::{WebhookDispatcher, WebhookDispatcherConfig};
+use serde_json::{Value, json};
+use sha2::Sha256;
+use sqlx::PgPool;
+
+const SECRET: &str = "push-secret-123";
+
+#[derive(Clone, Debug)]
+enum Mode {
+    Success,
+    Status(u16),
+    Accept,
+    Sleep(Duration),
+}
+
+#[derive(Clone, Debug)]
+struct Hit {
+    headers: HeaderMap,
+    body: Bytes,
+    at: Instant,
+}
+
+#[derive(Clone)]
+struct Receiver {
+    addr: SocketAddr,
+    hits: Arc<Mutex<Vec<Hit>>>,
+    mode: Arc<Mutex<Vec<Mode>>>,
+}
+
+async fn handle(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> Response {
+    let mode = {
+        let mut modes = r.mode.lock().expect("mode");
+        if modes.len() > 1 {
+            modes.remove(0)
+        } else {
+            modes[0].clone()
+        }
+    };
+    r.hits.lock().expect("hits").push(Hit {
+        headers,
+        body,
+        at: Instant::now(),
+    });
+    match mode {
+        Mode::Success => {
+            axum::Json(json!({"status": "success", "result": {"pushed": true}})).into_response()
+        }
+        Mode::Status(s) => (
+            StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            "nope",
+        )
+            .into_response(),
+        Mode::Accept => StatusCode::ACCEPTED.into_response(),
+        Mode::Sleep(d) => {
+            tokio::time::sleep(d).await;
+            axum::Json(json!({"status": "success"})).into_response()
+        }
+    }
+}
+
+impl Receiver {
+    /// A receiver on `addr` (port 0 for any) answering with `modes` in turn, the last one forever.
+    async fn start_on(addr: &str, modes: Vec<Mode>) -> Receiver {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .expect("bind receiver");
+        let r = Receiver {
+            addr: listener.local_addr().expect("addr"),
+            hits: Arc::default(),
+            mode: Arc::new(Mutex::new(modes)),
+        };
+        let app = Router::new().fallback(handle).with_state(r.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        r
+    }
+
+    async fn start(modes: Vec<Mode>) -> Receiver {
+        Self::start_on("127.0.0.1:0", modes).await
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/hook", self.addr)
+    }
+
+    fn hits(&self) -> Vec<Hit> {
+        self.hits.lock().expect("hits").clone()
+    }
+}
+
+/// Verify `Kairos-Signature: t=<unix>,v1=<hex>` independently of kairos' own code.
+fn verify_signature(hit: &Hit, secret: &str) {
+    let header = hit
+        .headers
+        .get("kairos-signature")
+        .and_then(|v| v.to_str().ok())
+        .expect("signature header");
+    let (t, v1) = header.split_once(",v1=").expect("t=…,v1=…");
+    let t = t.strip_prefix("t=").expect("t=");
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(secret.as_bytes()).expect("key");
+    mac.update(format!("{t}.").as_bytes());
+    mac.update(&hit.body);
+    let expected: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(v1, expected, "signature over \"<t>.<body>\"");
+    let age = chrono::Utc::now().timestamp() - t.parse::<i64>().expect("unix time");
+    assert!((0..60).contains(&age), "fresh timestamp");
+}
+
+fn body_of(hit: &Hit) -> Value {
+    serde_json::from_slice(&hit.body).expect("JSON body")
+}
+
+fn dispatcher(pool: &PgPool, app: &TestApp) -> WebhookDispatcher {
+    WebhookDispatcher::new(
+        pool.clone(),
+        WebhookDispatcherConfig::new("d1", format!("http://{}", app.addr)),
+        Heartbeats::default(),
+    )
+}
+
+async fn webhook_task(app: &TestApp, id: &str, url: &str, execution: Value) {
+    let (status, body) = json(
+        app.put(
+            &format!("/v1/tasks/{id}"),
+            json!({"agent_id": "hooks", "trigger": {"type": "manual"}, "execution": execution,
+                   "dispatch": {"mode": "webhook", "url": url, "secret": SECRET}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert!(
+        body["dispatch"].get("secret").is_none(),
+        "the secret is write-only: {body}"
+    );
+}
+
+async fn instance(app: &TestApp, id: &str) -> Value {
+    json(app.get(&format!("/v1/instances/{id}")).await).await.1
+}
+
+#[sqlx::test]
+async fn each_window_is_pushed_once_signed_and_a_success_answer_completes_it(pool: PgPool) {
+    let receiver = Receiver::start(vec![Mode::Success]).await;
+    let mut opts = Options::api_only("push");
+    let mut trigger = TriggerLoopConfig::new("push");
+    trigger.max_sleep = Duration::from_millis(500);
+    opts.trigger = Some(trigger);
+    let mut wh = WebhookDispatcherConfig::new("push", "");
+    wh.interval = Duration::from_millis(200);
+    opts.webhook = Some(wh);
+    let app = TestApp::spawn_opts(pool.clone(), opts).await;
+    let (status, body) = json(
+        app.put(
+            "/v1/tasks/every_second",
+            json!({"agent_id": "hooks", "trigger": {"type": "interval", "every_seconds": 1},
+                   "execution": {"overlap": "queue"},
+                   "dispatch": {"mode": "webhook", "url": receiver.url(), "secret": SECRET}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    eventually(
+        Duration::from_secs(20),
+        "three pushed windows to succeed",
+        || {
+            let pool = pool.clone();
+            async move {
+                let n: i64 = sqlx::query_scalar(
+                    "select count(*) from task_instance where status = 'SUCCESS'",
+                )
+                .fetch_one(&pool)
+                .await
+                .ok()?;
+                (n >= 3).then_some(())
+            }
+        },
+    )
+    .await;
+    app.shutdown().await;
+
+    let hits = receiver.hits();
+    let mut keys: Vec<String> = Vec::new();
+    for hit in &hits {
+        verify_signature(hit, SECRET);
+        let body = body_of(hit);
+        let key = hit
+            .headers
+            .get("idempotency-key")
+            .and_then(|v| v.to_str().ok())
+            .expect("Idempotency-Key")
+            .to_owned();
+        assert_eq!(body["instance"]["idempotency_key"], key);
+        assert!(body["instance"]["lease_token"].is_string());
+        let id = body["instance"]["id"].as_str().unwrap_or("");
+        assert_eq!(
+            body["callbacks"]["complete"],
+            format!("http://{}/v1/instances/{id}/complete", app_addr_of(&body))
+        );
+        keys.push(key);
+    }
+    let unique: std::collections::HashSet<&String> = keys.iter().collect();
+    assert_eq!(unique.len(), keys.len(), "one push per window: {keys:?}");
+    let rows: Vec<(String, Option<Value>)> =
+        sqlx::query_as("select status, result from task_instance where status = 'SUCCESS'")
+            .fetch_all(&pool)
+            .await
+            .expect("rows");
+    assert!(
+        rows.iter()
+            .all(|(_, r)| r.as_ref() == Some(&json!({"pushed": true})))
+    );
+}
+
+/// The host:port of the callbacks in a push body.
+fn app_addr_of(body: &Value) -> String {
+    body["callbacks"]["complete"]
+        .as_str()
+        .and_then(|u| u.strip_prefix("http://"))
+        .and_then(|u| u.split('/').next())
+        .unwrap_or("")
+        .to_owned()
+}
+
+#[sqlx::test]
+async fn a_failing_endpoint_is_retried_with_backoff_until_dead(pool: PgPool) {
+    let receiver = Receiver::start(vec![Mode::Status(500)]).await;
+    let app = TestApp::spawn(pool.clone()).await;
+    webhook_task(
+        &app,
+        "broken",
+        &receiver.url(),
+        json!({"max_retries": 2, "retry_backoff": {"base_seconds": 1, "max_seconds": 1, "jitter": 0}}),
+    )
+    .await;
+    let (_, inst) = json(app.post("/v1/tasks/broken/trigger", json!({})).await).await;
+    let id = inst["id"].as_str().expect("id").to_owned();
+    let d = dispatcher(&pool, &app);
+    let scanner = RetryScanner::new(
+        pool.clone(),
+        RetryScannerConfig::new("s"),
+        Heartbeats::default(),
+    );
+    let dead = eventually(Duration::from_secs(20), "the instance to go DEAD", || {
+        let (d, scanner, app, id) = (&d, &scanner, &app, &id);
+        async move {
+            d.run_once().await.expect("dispatch");
+            scanner.run_once().await.expect("scan");
+            let i = instance(app, id).await;
+            (i["status"] == "DEAD").then_some(i)
+        }
+    })
+    .await;
+    assert_eq!(dead["error_kind"], "dispatch");
+    assert!(
+        dead["error"].as_str().unwrap_or("").contains("HTTP 500"),
+        "{dead}"
+    );
+    assert_eq!(dead["attempt"], 3);
+    let hits = receiver.hits();
+    assert_eq!(hits.len(), 3, "one push per attempt");
+    for pair in hits.windows(2) {
+        assert!(
+            pair[1].at - pair[0].at >= Duration::from_millis(900),
+            "backoff between attempts"
+        );
+    }
+}
+
+#[sqlx::test]
+async fn a_202_answer_waits_for_the_agents_callback(pool: PgPool) {
+    let receiver = Receiver::start(vec![Mode::Accept]).await;
+    let app = TestApp::spawn(pool.clone()).await;
+    webhook_task(&app, "async", &receiver.url(), json!({})).await;
+    app.post("/v1/tasks/async/trigger", json!({})).await;
+    let report = dispatcher(&pool, &app).run_once().await.expect("dispatch");
+    assert_eq!(report.num_accepted, 1);
+    let body = body_of(&receiver.hits()[0]);
+    let id = body["instance"]["id"].as_str().expect("id").to_owned();
+    assert_eq!(instance(&app, &id).await["status"], "RUNNING");
+    // The agent calls back on the URL it was given, with the lease token.
+    let callback = body["callbacks"]["complete"]
+        .as_str()
+        .expect("callback")
+        .to_owned();
+    let resp = app
+        .client
+        .post(&callback)
+        .json(&json!({"lease_token": body["instance"]["lease_token"], "result": {"async": true}}))
+        .send()
+        .await
+        .expect("callback");
+    assert_eq!(resp.status().as_u16(), 200);
+    let done = instance(&app, &id).await;
+    assert_eq!(done["status"], "SUCCESS");
+    assert_eq!(done["result"], json!({"async": true}));
+}
+
+#[sqlx::test]
+async fn a_receiver_slower_than_the_timeout_fails_the_attempt_and_its_late_callback_gets_409(
+    pool: PgPool,
+) {
+    let receiver = Receiver::start(vec![Mode::Sleep(Duration::from_secs(3))]).await;
+    let app = TestApp::spawn(pool.clone()).await;
+    webhook_task(&app, "slow", &receiver.url(), json!({"timeout_seconds": 1})).await;
+    app.post("/v1/tasks/slow/trigger", json!({})).await;
+    let started = Instant::now();
+    let report = dispatcher(&pool, &app).run_once().await.expect("dispatch");
+    assert_eq!(report.num_failed, 1);
+    assert!(
+        started.elapsed() < Duration::from_millis(2900),
+        "the timeout cut the wait"
+    );
+    let body = body_of(&receiver.hits()[0]);
+    let id = body["instance"]["id"].as_str().expect("id").to_owned();
+    let failed = instance(&app, &id).await;
+    assert_eq!(failed["status"], "FAILED");
+    assert_eq!(failed["error_kind"], "dispatch");
+    assert_eq!(failed["error"], "no answer within the timeout");
+    let (status, _) = json(
+        app.post(
+            &format!("/v1/instances/{id}/complete"),
+            json!({"lease_token": body["instance"]["lease_token"]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 409, "the late callback is fenced out");
+}
+
+#[sqlx::test]
+async fn a_notification_written_before_a_crash_is_delivered_after_restart(pool: PgPool) {
+    let receiver = Receiver::start(vec![Mode::Status(503), Mode::Success]).await;
+    // First life: no notifier runs (the daemon dies right after the state change).
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put(
+        "/v1/tasks/n",
+        json!({"agent_id": "na", "trigger": {"type": "manual"},
+               "notify": {"on_success": [receiver.url()], "secret": "notify-secret-1"}}),
+    )
+    .await;
+    app.post("/v1/tasks/n/trigger", json!({})).await;
+    let (_, claimed) = json(
+        app.post("/v1/claims", json!({"agent_id": "na", "worker_id": "w"}))
+            .await,
+    )
+    .await;
+    let i = &claimed["instances"][0];
+    let id = i["id"].as_str().expect("id");
+    let (status, _) = json(
+        app.post(
+            &format!("/v1/instances/{id}/complete"),
+            json!({"lease_token": i["lease_token"]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200);
+    app.kill();
+    assert!(receiver.hits().is_empty());
+    let event_id: uuid::Uuid = sqlx::query_scalar("select event_id from outbox")
+        .fetch_one(&pool)
+        .await
+        .expect("the event is in the outbox with the transition");
+
+    // Second life: the notifier delivers it; the first try fails, the retry succeeds.
+    let config = NotifierConfig {
+        backoff: kairos::domain::task::RetryBackoff {
+            base_seconds: 1,
+            max_seconds: 1,
+            jitter: 0.0,
+        },
+        ..NotifierConfig::default()
+    };
+    let notifier = Notifier::new(pool.clone(), config, Heartbeats::default());
+    eventually(Duration::from_secs(10), "the delivery", || {
+        let notifier = &notifier;
+        async move { (notifier.run_once().await.expect("notify").num_delivered == 1).then_some(()) }
+    })
+    .await;
+    let hits = receiver.hits();
+    assert_eq!(
+        hits.len(),
+        2,
+        "at least once: a failed try, then the delivery"
+    );
+    for hit in &hits {
+        assert_eq!(
+            hit.headers["kairos-event-id"].to_str().ok(),
+            Some(event_id.to_string().as_str()),
+            "same event id on every try"
+        );
+        verify_signature(hit, "notify-secret-1");
+        let body = body_of(hit);
+        assert_eq!(body["type"], "instance.succeeded");
+        assert_eq!(body["data"]["instance"]["id"], id);
+    }
+    // Delivered: never sent again.
+    assert_eq!(notifier.run_once().await.expect("notify").num_delivered, 0);
+}
+
+#[sqlx::test]
+async fn a_down_receiver_gets_its_notifications_later_without_delaying_other_pushes(pool: PgPool) {
+    // The notification receiver is down: its port is chosen but nothing listens yet.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let down_url = format!("http://127.0.0.1:{port}/hook");
+    let pushes = Receiver::start(vec![Mode::Success]).await;
+
+    let mut opts = Options::api_only("down");
+    let mut wh = WebhookDispatcherConfig::new("down", "");
+    wh.interval = Duration::from_millis(100);
+    opts.webhook = Some(wh);
+    opts.notifier = Some(NotifierConfig {
+        interval: Duration::from_millis(200),
+        timeout: Duration::from_secs(2),
+        backoff: kairos::domain::task::RetryBackoff {
+            base_seconds: 1,
+            max_seconds: 2,
+            jitter: 0.2,
+        },
+        ..NotifierConfig::default()
+    });
+    let app = TestApp::spawn_opts(pool.clone(), opts).await;
+    app.put(
+        "/v1/tasks/alerting",
+        json!({"agent_id": "al", "trigger": {"type": "manual"}, "execution": {"max_retries": 0},
+               "notify": {"on_failure": [down_url]}}),
+    )
+    .await;
+    webhook_task(
+        &app,
+        "other",
+        &pushes.url(),
+        json!({"concurrency_limit": 10}),
+    )
+    .await;
+
+    // A failure produces notifications for the receiver that is down.
+    app.post("/v1/tasks/alerting/trigger", json!({})).await;
+    let (_, claimed) = json(
+        app.post("/v1/claims", json!({"agent_id": "al", "worker_id": "w"}))
+            .await,
+    )
+    .await;
+    let i = &claimed["instances"][0];
+    let id = i["id"].as_str().expect("id");
+    app.post(
+        &format!("/v1/instances/{id}/fail"),
+        json!({"lease_token": i["lease_token"], "error": "boom"}),
+    )
+    .await;
+
+    // Meanwhile other tasks' pushes go out promptly.
+    let down_for = Instant::now();
+    for n in 0..5 {
+        let sent = Instant::now();
+        app.post("/v1/tasks/other/trigger", json!({})).await;
+        eventually(Duration::from_secs(5), "the push", || {
+            let pushes = &pushes;
+            async move { (pushes.hits().len() > n).then_some(()) }
+        })
+        .await;
+        assert!(
+            sent.elapsed() < Duration::from_secs(2),
+            "push {n} took {:?}",
+            sent.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+    }
+    let failures: i32 = sqlx::query_scalar("select max(attempts) from outbox")
+        .fetch_one(&pool)
+        .await
+        .expect("attempts");
+    assert!(
+        failures >= 2,
+        "the notifier kept trying while the receiver was down"
+    );
+
+    // The receiver comes back: the notification arrives.
+    let back = Receiver::start_on(&format!("127.0.0.1:{port}"), vec![Mode::Status(200)]).await;
+    let arrived = eventually(Duration::from_secs(15), "the late notification", || {
+        let back = &back;
+        async move {
+            let hits = back.hits();
+            (!hits.is_empty()).then_some(hits)
+        }
+    })
+    .await;
+    assert!(down_for.elapsed() >= Duration::from_secs(5));
+    let body = body_of(&arrived[0]);
+    assert_eq!(body["type"], "instance.dead");
+    assert_eq!(body["task_id"], "alerting");
+    app.shutdown().await;
+}
