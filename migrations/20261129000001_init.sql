@@ -153,3 +153,6 @@ create table outbox (
 create index outbox_due_idx on outbox (next_attempt_at)
     where delivered_at is null and undeliverable_at is null;
 create index outbox_event_idx on outbox (event_id);
+-- Retention: settled deliveries by age.
+create index outbox_settled_idx on outbox ((coalesce(delivered_at, undeliverable_at)))
+    where delivered_at is not null or undeliverable_at is not null;

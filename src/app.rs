@@ -18,7 +18,9 @@ use crate::http::{self, AppState, ClaimSettings};
 use crate::outbound::AllowList;
 use crate::services::Heartbeats;
 use crate::services::notifier::{Notifier, NotifierConfig};
+use crate::services::pruner::{Pruner, PrunerConfig};
 use crate::services::retry_scanner::{RetryScanner, RetryScannerConfig};
+use crate::services::stats::StatsSampler;
 use crate::services::timeout_reaper::{TimeoutReaper, TimeoutReaperConfig};
 use crate::services::trigger_loop::{TriggerLoop, TriggerLoopConfig};
 use crate::services::webhook_dispatcher::{WebhookDispatcher, WebhookDispatcherConfig};
@@ -43,6 +45,9 @@ pub struct Options {
     pub notifier: Option<NotifierConfig>,
     /// Hosts webhook and notification URLs may name (checked at registration too).
     pub allow_list: AllowList,
+    pub pruner: Option<PrunerConfig>,
+    /// How often `kairos_instances{status}` is sampled; `None` leaves the sampler out.
+    pub stats_interval: Option<Duration>,
 }
 
 impl Options {
@@ -89,6 +94,12 @@ impl Options {
                 ..NotifierConfig::default()
             }),
             allow_list: AllowList::parse(&cfg.outbound_allowed_hosts),
+            pruner: Some(PrunerConfig {
+                interval: Duration::from_millis(cfg.pruner_interval_ms),
+                retention_days: cfg.retention_days,
+                batch_size: cfg.pruner_batch_size,
+            }),
+            stats_interval: Some(Duration::from_millis(cfg.stats_interval_ms)),
         }
     }
 
@@ -106,6 +117,8 @@ impl Options {
             webhook: None,
             notifier: None,
             allow_list: AllowList::default(),
+            pruner: None,
+            stats_interval: None,
         }
     }
 }
@@ -153,6 +166,14 @@ pub fn start(pool: PgPool, listener: TcpListener, opts: Options) -> anyhow::Resu
         }
         let dispatcher = WebhookDispatcher::new(pool.clone(), cfg, heartbeats.clone());
         loop_tasks.spawn(dispatcher.run(work_signal.clone(), loops.child_token()));
+    }
+    if let Some(cfg) = opts.pruner.clone() {
+        let pruner = Pruner::new(pool.clone(), cfg, heartbeats.clone());
+        loop_tasks.spawn(pruner.run(loops.child_token()));
+    }
+    if let Some(interval) = opts.stats_interval {
+        let stats = StatsSampler::new(pool.clone(), interval, heartbeats.clone());
+        loop_tasks.spawn(stats.run(loops.child_token()));
     }
     if let Some(cfg) = opts.notifier.clone() {
         let notifier = Notifier::new(pool.clone(), cfg, heartbeats.clone());

@@ -78,6 +78,10 @@ pub struct Config {
     pub notifier_interval_ms: u64,
     pub notify_max_age_seconds: i64,
     pub notify_timeout_seconds: u64,
+    pub retention_days: i64,
+    pub pruner_interval_ms: u64,
+    pub pruner_batch_size: i64,
+    pub stats_interval_ms: u64,
 }
 
 impl Default for Config {
@@ -109,6 +113,10 @@ impl Default for Config {
             notifier_interval_ms: 1000,
             notify_max_age_seconds: 86_400,
             notify_timeout_seconds: 10,
+            retention_days: 30,
+            pruner_interval_ms: 60_000,
+            pruner_batch_size: 1000,
+            stats_interval_ms: 5000,
         }
     }
 }
@@ -230,6 +238,10 @@ impl Config {
             notifier_interval_ms,
             notify_max_age_seconds,
             notify_timeout_seconds,
+            retention_days,
+            pruner_interval_ms,
+            pruner_batch_size,
+            stats_interval_ms,
         );
         // The conventional variable wins over KAIROS_DATABASE_URL.
         set(env, "DATABASE_URL", &mut self.database_url)?;
@@ -333,6 +345,20 @@ impl Config {
                 "must be from 60 to 2592000",
             ));
         }
+        if !(1..=3650).contains(&self.retention_days) {
+            return Err(invalid("retention_days", "must be from 1 to 3650"));
+        }
+        for (key, v) in [
+            ("pruner_interval_ms", self.pruner_interval_ms),
+            ("stats_interval_ms", self.stats_interval_ms),
+        ] {
+            if !(100..=3_600_000).contains(&v) {
+                return Err(invalid(key, "must be from 100 to 3600000"));
+            }
+        }
+        if !(1..=100_000).contains(&self.pruner_batch_size) {
+            return Err(invalid("pruner_batch_size", "must be from 1 to 100000"));
+        }
         if !(1..=300).contains(&self.notify_timeout_seconds) {
             return Err(invalid("notify_timeout_seconds", "must be from 1 to 300"));
         }
@@ -402,6 +428,10 @@ mod tests {
         assert_eq!(cfg.notifier_interval_ms, d.notifier_interval_ms);
         assert_eq!(cfg.notify_max_age_seconds, d.notify_max_age_seconds);
         assert_eq!(cfg.notify_timeout_seconds, d.notify_timeout_seconds);
+        assert_eq!(cfg.retention_days, d.retention_days);
+        assert_eq!(cfg.pruner_interval_ms, d.pruner_interval_ms);
+        assert_eq!(cfg.pruner_batch_size, d.pruner_batch_size);
+        assert_eq!(cfg.stats_interval_ms, d.stats_interval_ms);
     }
 
     #[test]

@@ -41,7 +41,10 @@ pub fn metrics_handle() -> Option<&'static PrometheusHandle> {
                 )
                 .ok()?;
             match builder.install_recorder() {
-                Ok(handle) => Some(handle),
+                Ok(handle) => {
+                    describe_metrics();
+                    Some(handle)
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "metrics recorder not installed");
                     None
@@ -49,4 +52,77 @@ pub fn metrics_handle() -> Option<&'static PrometheusHandle> {
             }
         })
         .as_ref()
+}
+
+/// Describe every kairos metric and register the counters at zero, so a scrape shows them
+/// before they first move and rates can be computed from the first sample.
+fn describe_metrics() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    let counters: &[(&'static str, &'static str)] = &[
+        (
+            "kairos_windows_created_total",
+            "Windows materialised as PENDING instances",
+        ),
+        (
+            "kairos_window_conflicts_total",
+            "Window inserts that found the window already there (lost to another replica or an earlier pass)",
+        ),
+        (
+            "kairos_fence_rejections_total",
+            "heartbeat/complete/fail calls refused because the lease token no longer holds the instance",
+        ),
+        (
+            "kairos_retries_total",
+            "FAILED instances moved back to PENDING by the retry scanner",
+        ),
+        (
+            "kairos_catchup_not_recorded_total",
+            "Missed windows beyond the catch-up bound, neither run nor recorded",
+        ),
+        (
+            "kairos_circuit_opened_total",
+            "Tasks paused by their circuit breaker",
+        ),
+    ];
+    for (name, help) in counters {
+        describe_counter!(*name, *help);
+        metrics::counter!(*name).increment(0);
+    }
+    describe_counter!(
+        "kairos_skipped_total",
+        "Windows recorded SKIPPED, by reason (missed, overlap)"
+    );
+    for reason in ["missed", "overlap"] {
+        metrics::counter!("kairos_skipped_total", "reason" => reason).increment(0);
+    }
+    describe_counter!(
+        "kairos_reaped_total",
+        "RUNNING instances failed by the timeout reaper, by kind (lease_expired, timeout)"
+    );
+    for kind in ["lease_expired", "timeout"] {
+        metrics::counter!("kairos_reaped_total", "kind" => kind).increment(0);
+    }
+    describe_counter!(
+        "kairos_webhook_pushes_total",
+        "Webhook pushes by outcome (succeeded, accepted, failed, stale)"
+    );
+    describe_counter!(
+        "kairos_notifications_total",
+        "Notification delivery attempts by outcome (delivered, retry, undeliverable)"
+    );
+    describe_counter!(
+        "kairos_pruned_total",
+        "Rows deleted by the retention pruner, by table"
+    );
+    describe_gauge!("kairos_instances", "Instances per status");
+    describe_gauge!(
+        "kairos_loop_last_tick_timestamp",
+        Unit::Seconds,
+        "Unix time of each background loop's last completed pass"
+    );
+    describe_histogram!(
+        "kairos_schedule_lag_seconds",
+        Unit::Seconds,
+        "started_at - scheduled_at of first attempts, at claim"
+    );
 }

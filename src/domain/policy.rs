@@ -2,7 +2,7 @@
 //! (catch-up and overlap, CONTRACT §4). The trigger loop feeds in the task, the database clock and
 //! the task's unfinished instances, and writes out exactly what the [`Plan`] says.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 
 use chrono::{DateTime, Duration, Utc};
 
@@ -71,18 +71,23 @@ pub struct Plan {
     /// True when enumeration stopped at [`MAX_ENUMERATED_WINDOWS`]; `not_recorded` is then a
     /// lower bound.
     pub truncated: bool,
+    /// Keys of due windows left out because a row for them already exists.
+    pub existing: Vec<String>,
 }
 
 /// Decide what to write for a task whose next window `next_fire_at` is due at `now`.
 ///
 /// `unfinished` holds the window keys of the task's PENDING/RUNNING/FAILED instances, oldest
-/// first. Windows later than `now` are left for a later pass.
+/// first. `existing` holds keys of due windows that already have a row (a manual trigger or a
+/// backfill made them): they are counted, not planned, so they never take a concurrency slot
+/// in the plan. Windows later than `now` are left for a later pass.
 pub fn plan_due_windows(
     schedule: &Schedule,
     exec: &Execution,
     next_fire_at: DateTime<Utc>,
     now: DateTime<Utc>,
     unfinished: &[String],
+    existing: &HashSet<String>,
 ) -> Plan {
     let grace_floor = now - Duration::seconds(exec.misfire_grace_seconds);
     let catchup_floor = now - Duration::seconds(exec.catchup_window_seconds);
@@ -143,6 +148,16 @@ pub fn plan_due_windows(
         candidates.push((w, Source::Catchup, runs));
     }
     candidates.extend(on_time.into_iter().map(|w| (w, Source::Schedule, true)));
+    if !existing.is_empty() {
+        candidates.retain(|(w, _, _)| {
+            let key = window_key(*w);
+            let exists = existing.contains(&key);
+            if exists {
+                plan.existing.push(key);
+            }
+            !exists
+        });
+    }
 
     // 3. Overlap policy decides whether each running window may start next to the unfinished ones.
     let (windows, cancel) = apply_overlap(exec, candidates, unfinished);
@@ -274,6 +289,7 @@ mod tests {
             t("2026-11-29T08:30:00Z"),
             now,
             &[],
+            &HashSet::new(),
         );
         assert_eq!(
             summary(&plan),
@@ -290,6 +306,7 @@ mod tests {
             t("2026-11-29T08:30:00Z"),
             t("2026-11-29T08:30:03.500Z"),
             &[],
+            &HashSet::new(),
         );
         let s = summary(&plan);
         assert_eq!(s.len(), 4);
@@ -308,6 +325,7 @@ mod tests {
             t("2026-11-29T08:30:00Z"),
             t("2026-11-29T08:30:03.500Z"),
             &[],
+            &HashSet::new(),
         );
         let running: Vec<_> = plan.windows.iter().filter(|w| w.skip.is_none()).collect();
         assert_eq!(running.len(), 1);
@@ -325,6 +343,7 @@ mod tests {
             t("2026-11-29T08:30:00Z"),
             t("2026-11-29T08:30:03.500Z"),
             &[],
+            &HashSet::new(),
         );
         assert_eq!(
             summary(&plan),
@@ -345,6 +364,7 @@ mod tests {
             t("2026-11-29T08:30:00Z"),
             t("2026-11-29T08:30:01Z"),
             &["2026-11-29T08:29:59Z".to_owned()],
+            &HashSet::new(),
         );
         assert_eq!(
             summary(&plan),
@@ -371,6 +391,7 @@ mod tests {
             t("2026-11-29T08:30:00Z"),
             t("2026-11-29T08:30:02Z"),
             &[],
+            &HashSet::new(),
         );
         let skipped: Vec<_> = plan.windows.iter().map(|w| w.skip.is_some()).collect();
         assert_eq!(skipped, vec![false, false, true]);
@@ -384,6 +405,7 @@ mod tests {
             t("2026-11-29T08:30:00Z"),
             t("2026-11-29T08:30:00Z"),
             &["2026-11-29T08:29:59Z".to_owned()],
+            &HashSet::new(),
         );
         assert_eq!(plan.cancel, vec!["2026-11-29T08:29:59Z".to_owned()]);
         assert!(plan.windows[0].skip.is_none());
@@ -397,6 +419,7 @@ mod tests {
             t("2026-11-29T08:30:00Z"),
             t("2026-11-29T08:30:02Z"),
             &["2026-11-29T08:29:59Z".to_owned()],
+            &HashSet::new(),
         );
         assert_eq!(plan.cancel, vec!["2026-11-29T08:29:59Z".to_owned()]);
         assert_eq!(
@@ -418,6 +441,25 @@ mod tests {
     }
 
     #[test]
+    fn windows_that_already_exist_are_counted_not_planned() {
+        let existing: HashSet<String> = ["2026-11-29T08:30:00Z".to_owned()].into_iter().collect();
+        let plan = plan_due_windows(
+            &every_second(),
+            &exec(Overlap::Skip, Catchup::Skip, 1, 60),
+            t("2026-11-29T08:30:00Z"),
+            t("2026-11-29T08:30:01Z"),
+            &[],
+            &existing,
+        );
+        assert_eq!(plan.existing, vec!["2026-11-29T08:30:00Z".to_owned()]);
+        // The existing window takes no slot: the next one runs.
+        assert_eq!(
+            summary(&plan),
+            vec![("08:30:01".to_owned(), "schedule", None)]
+        );
+    }
+
+    #[test]
     fn catchup_recording_is_bounded_and_the_rest_counted() {
         let plan = plan_due_windows(
             &every_second(),
@@ -425,6 +467,7 @@ mod tests {
             t("2026-11-29T08:00:00Z"),
             t("2026-11-29T09:00:00.500Z"),
             &[],
+            &HashSet::new(),
         );
         assert_eq!(plan.windows.len(), MAX_CATCHUP_ROWS);
         assert_eq!(plan.not_recorded, 3601 - MAX_CATCHUP_ROWS as u64);
@@ -444,6 +487,7 @@ mod tests {
             t("2026-01-01T00:00:00Z"),
             t("2026-11-29T09:00:00.500Z"),
             &[],
+            &HashSet::new(),
         );
         assert!(plan.truncated);
         assert_eq!(plan.next_fire_at, Some(t("2026-11-29T09:00:01Z")));
@@ -459,6 +503,7 @@ mod tests {
             at,
             t("2026-11-29T08:30:00.200Z"),
             &[],
+            &HashSet::new(),
         );
         assert_eq!(plan.windows.len(), 1);
         assert_eq!(plan.next_fire_at, None);

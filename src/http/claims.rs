@@ -81,13 +81,6 @@ async fn claim(
         if !claimed.is_empty() {
             for c in &claimed {
                 let i = &c.instance;
-                if i.attempt == 1
-                    && let Some(started) = i.started_at
-                {
-                    let lag = (started - i.scheduled_at).num_microseconds().unwrap_or(0);
-                    metrics::histogram!("kairos_schedule_lag_seconds")
-                        .record(lag.max(0) as f64 / 1e6);
-                }
                 tracing::debug!(task_id = %i.task_id, window_key = %i.window_key, instance_id = %i.id, attempt = i.attempt, worker_id = %req.worker_id, "instance claimed");
             }
             return Ok(Json(json!({

@@ -2,7 +2,9 @@
 //! survives database errors with backoff, and a public `run_once` that tests drive directly.
 
 pub mod notifier;
+pub mod pruner;
 pub mod retry_scanner;
+pub mod stats;
 pub mod timeout_reaper;
 pub mod trigger_loop;
 pub mod webhook_dispatcher;

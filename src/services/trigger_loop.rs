@@ -20,7 +20,7 @@ use crate::domain::policy::{SkipReason, plan_due_windows};
 use crate::domain::schedule::window_key;
 use crate::store::instances::InsertReport;
 use crate::store::instances::{
-    NewInstance, cancel_windows, insert_windows, notify_work, unfinished_windows,
+    NewInstance, cancel_windows, existing_windows, insert_windows, notify_work, unfinished_windows,
 };
 use crate::store::tasks::{
     CursorMove, advance_tasks, earliest_fire_at, lock_due_tasks, quarantine_task,
@@ -116,6 +116,12 @@ impl TriggerLoop {
             .map_err(map_db_error)?;
         let ids: Vec<&str> = due.iter().map(|t| t.spec.id.as_str()).collect();
         let unfinished = unfinished_windows(&mut tx, &ids).await?;
+        let from: Vec<(&str, String)> = due
+            .iter()
+            .map(|t| (t.spec.id.as_str(), window_key(t.next_fire_at)))
+            .collect();
+        let existing = existing_windows(&mut tx, &from).await?;
+        let no_rows = std::collections::HashSet::new();
 
         let mut rows: Vec<NewInstance> = Vec::new();
         let mut moves = Vec::with_capacity(due.len());
@@ -138,7 +144,12 @@ impl TriggerLoop {
                 task.next_fire_at,
                 now,
                 live,
+                existing.get(id).unwrap_or(&no_rows),
             );
+            for key in &plan.existing {
+                report.num_conflicts += 1;
+                tracing::info!(task_id = %id, window_key = %key, reason = "window already exists", "window insert conflict");
+            }
             report.num_tasks += 1;
             if plan.not_recorded > 0 {
                 not_recorded.push((id.to_owned(), plan.not_recorded));
@@ -241,7 +252,7 @@ impl TriggerLoop {
         for (task_id, key) in &inserted.conflicts {
             tracing::info!(task_id = %task_id, window_key = %key, reason = "window already exists", "window insert conflict");
         }
-        report.num_conflicts = inserted.conflicts.len();
+        report.num_conflicts += inserted.conflicts.len();
         metrics::counter!("kairos_windows_created_total").increment(report.num_created as u64);
         metrics::counter!("kairos_window_conflicts_total").increment(report.num_conflicts as u64);
         if report.num_created + report.num_skipped > 0 {

@@ -148,6 +148,32 @@ pub async fn unfinished_windows(
     Ok(out)
 }
 
+/// For each `(task_id, first due window key)`, the keys of rows that already exist from that
+/// key up to now (window keys of scheduled windows sort chronologically).
+pub async fn existing_windows(
+    conn: &mut PgConnection,
+    from: &[(&str, String)],
+) -> Result<HashMap<String, std::collections::HashSet<String>>> {
+    let ids: Vec<&str> = from.iter().map(|f| f.0).collect();
+    let keys: Vec<&str> = from.iter().map(|f| f.1.as_str()).collect();
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "select i.task_id, i.window_key \
+         from unnest($1::text[], $2::text[]) as d(task_id, from_key) \
+         join task_instance i on i.task_id = d.task_id and i.window_key >= d.from_key \
+             and i.window_key <= to_char(now() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')",
+    )
+    .bind(&ids)
+    .bind(&keys)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    let mut out: HashMap<String, std::collections::HashSet<String>> = HashMap::new();
+    for (task, key) in rows {
+        out.entry(task).or_default().insert(key);
+    }
+    Ok(out)
+}
+
 fn status_names(statuses: &[InstanceStatus]) -> Vec<&'static str> {
     statuses.iter().map(|s| s.as_str()).collect()
 }
@@ -520,6 +546,15 @@ pub async fn claim_scoped(
     .await
     .map_err(map_db_error)?;
     tx.commit().await.map_err(map_db_error)?;
+    for r in &rows {
+        let i = &r.instance;
+        if i.attempt == 1
+            && let Some(started) = i.started_at
+        {
+            let lag = (started - i.scheduled_at).num_microseconds().unwrap_or(0);
+            metrics::histogram!("kairos_schedule_lag_seconds").record(lag.max(0) as f64 / 1e6);
+        }
+    }
     rows.into_iter()
         .map(|r| {
             Ok(Claimed {
@@ -1348,4 +1383,43 @@ pub async fn backfill(
         })
         .collect();
     Ok(report)
+}
+
+/// Delete up to `batch` terminal instances (and, by cascade, their events) finished more than
+/// `retention_days` ago, and up to `batch` settled outbox rows of that age.
+pub async fn prune_finished(pool: &PgPool, retention_days: i64, batch: i64) -> Result<(u64, u64)> {
+    let instances = sqlx::query(
+        "delete from task_instance where id in ( \
+             select id from task_instance \
+             where finished_at < now() - make_interval(days => $1) \
+               and status in ('SUCCESS', 'DEAD', 'SKIPPED', 'CANCELLED') \
+             order by finished_at limit $2 for update skip locked)",
+    )
+    .bind(i32::try_from(retention_days).unwrap_or(i32::MAX))
+    .bind(batch)
+    .execute(pool)
+    .await
+    .map_err(map_db_error)?
+    .rows_affected();
+    let outbox = sqlx::query(
+        "delete from outbox where id in ( \
+             select id from outbox \
+             where coalesce(delivered_at, undeliverable_at) < now() - make_interval(days => $1) \
+             limit $2 for update skip locked)",
+    )
+    .bind(i32::try_from(retention_days).unwrap_or(i32::MAX))
+    .bind(batch)
+    .execute(pool)
+    .await
+    .map_err(map_db_error)?
+    .rows_affected();
+    Ok((instances, outbox))
+}
+
+/// Instances per status, for the `kairos_instances{status}` gauge.
+pub async fn count_by_status(pool: &PgPool) -> Result<Vec<(String, i64)>> {
+    sqlx::query_as("select status, count(*) from task_instance group by status")
+        .fetch_all(pool)
+        .await
+        .map_err(map_db_error)
 }
