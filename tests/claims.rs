@@ -724,3 +724,57 @@ async fn bad_claims_name_the_field(pool: PgPool) {
     }
     assert!(seen.len() >= 6);
 }
+
+#[sqlx::test]
+async fn a_batch_completion_commits_valid_leases_and_fences_stale_ones(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    manual_task(&app, "b", "ba", json!({"concurrency_limit": 10})).await;
+    pending(&pool, "b", "ba", 4, 1).await;
+    let got = claim(&app, "ba", "w", 4, json!({})).await;
+    assert_eq!(got.len(), 4);
+    let mut items: Vec<Value> = got
+        .iter()
+        .take(3)
+        .map(|i| json!({"id": i["id"], "lease_token": i["lease_token"], "result": {"n": i["window_key"]}}))
+        .collect();
+    items.push(json!({"id": got[3]["id"], "lease_token": uuid::Uuid::new_v4()}));
+    items.push(json!({"id": uuid::Uuid::new_v4(), "lease_token": uuid::Uuid::new_v4()}));
+    let (status, body) = json(
+        app.post("/v1/completions", json!({"completions": items}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let statuses: Vec<u64> = body["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| r["status"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(statuses, vec![200, 200, 200, 409, 404]);
+    assert_eq!(body["results"][0]["instance"]["status"], "SUCCESS");
+    let states: Vec<(String,)> =
+        sqlx::query_as("select status from task_instance order by window_key")
+            .fetch_all(&pool)
+            .await
+            .expect("states");
+    let states: Vec<&str> = states.iter().map(|s| s.0.as_str()).collect();
+    assert_eq!(states, vec!["SUCCESS", "SUCCESS", "SUCCESS", "RUNNING"]);
+    let (status, problem) = json(
+        app.post("/v1/completions", json!({"completions": []}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 422);
+    assert_eq!(problem["errors"][0]["field"], "completions");
+    let (status, problem) = json(
+        app.post(
+            "/v1/completions",
+            json!({"completions": [{"id": "x", "lease_token": uuid::Uuid::new_v4()}]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 422);
+    assert_eq!(problem["errors"][0]["field"], "completions[0].id");
+}

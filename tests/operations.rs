@@ -300,3 +300,27 @@ async fn sigterm_during_long_polls_exits_cleanly(pool: PgPool) {
     })
     .await;
 }
+
+#[sqlx::test]
+async fn readiness_fails_and_says_why_when_the_database_is_gone(pool: PgPool) {
+    let app = TestApp::spawn_with_trigger(pool.clone(), "ready").await;
+    eventually(Duration::from_secs(10), "ready", || {
+        let app = &app;
+        async move { (app.get("/readyz").await.status().as_u16() == 200).then_some(()) }
+    })
+    .await;
+    pool.close().await;
+    let resp = app.get("/readyz").await;
+    assert_eq!(resp.status().as_u16(), 503);
+    let body: serde_json::Value = resp.json().await.expect("json");
+    assert_eq!(body["database"], "unreachable");
+    assert!(
+        body["problems"][0]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("database unreachable"),
+        "{body}"
+    );
+    // Liveness does not depend on the database.
+    assert_eq!(app.get("/healthz").await.status().as_u16(), 200);
+}

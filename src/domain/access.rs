@@ -68,7 +68,7 @@ impl Principal {
 pub enum Action {
     /// Any GET.
     Read,
-    /// `POST /v1/claims`, and heartbeat/complete/fail of an instance.
+    /// `POST /v1/claims`, `POST /v1/completions`, and heartbeat/complete/fail of an instance.
     AgentWrite,
     /// Everything else: task writes, triggers, backfills, operator retry/cancel.
     AdminWrite,
@@ -79,7 +79,7 @@ pub fn action_of(method: &str, path: &str) -> Action {
     if method.eq_ignore_ascii_case("GET") || method.eq_ignore_ascii_case("HEAD") {
         return Action::Read;
     }
-    if path == "/v1/claims" {
+    if path == "/v1/claims" || path == "/v1/completions" {
         return Action::AgentWrite;
     }
     if let Some(rest) = path.strip_prefix("/v1/instances/")
@@ -261,6 +261,7 @@ mod tests {
     fn roles_map_to_actions() {
         assert_eq!(action_of("GET", "/v1/tasks"), Action::Read);
         assert_eq!(action_of("POST", "/v1/claims"), Action::AgentWrite);
+        assert_eq!(action_of("POST", "/v1/completions"), Action::AgentWrite);
         assert_eq!(
             action_of("POST", "/v1/instances/x/complete"),
             Action::AgentWrite

@@ -42,6 +42,33 @@ impl ApiError {
         ApiError::Invalid(vec![FieldError::new(field, message)])
     }
 
+    /// The HTTP status this error answers with.
+    pub fn status(&self) -> StatusCode {
+        self.parts().0
+    }
+
+    /// The client-facing detail (opaque for server errors).
+    pub fn detail(&self) -> String {
+        match self {
+            ApiError::Invalid(errors) => errors
+                .iter()
+                .map(|e| format!("{}: {}", e.field, e.message))
+                .collect::<Vec<_>>()
+                .join("; "),
+            ApiError::Internal(_) => "the server failed; the error was logged".to_owned(),
+            ApiError::Unavailable(_) => "the database is unavailable; retry later".to_owned(),
+            ApiError::Malformed(m)
+            | ApiError::NotFound(m)
+            | ApiError::Unauthorized(m)
+            | ApiError::Forbidden(m)
+            | ApiError::MethodNotAllowed(m)
+            | ApiError::Conflict(m)
+            | ApiError::PreconditionFailed(m)
+            | ApiError::TooLarge(m)
+            | ApiError::UnsupportedMediaType(m) => m.clone(),
+        }
+    }
+
     fn parts(&self) -> (StatusCode, &'static str, &'static str) {
         match self {
             ApiError::Malformed(_) => (

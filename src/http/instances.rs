@@ -33,6 +33,7 @@ pub fn routes(t: RouteTable) -> RouteTable {
         .add("post", "/v1/instances/{id}/fail", post(fail))
         .add("post", "/v1/instances/{id}/retry", post(retry))
         .add("post", "/v1/instances/{id}/cancel", post(cancel))
+        .add("post", "/v1/completions", post(complete_batch))
 }
 
 pub fn instance_json(i: &Instance) -> Value {
@@ -250,4 +251,97 @@ async fn cancel(
         .map_err(|e| not_found_instance(e, &id))?;
     tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, reason = %reason, "instance cancelled by operator");
     Ok(Json(instance_json(&inst)))
+}
+
+/// Most completions in one `POST /v1/completions`.
+pub const MAX_COMPLETIONS_PER_CALL: usize = 500;
+
+/// Complete many instances in one request and one database commit. Each item is fenced on its
+/// own: the answer lists, per item, `200` with the instance, `409` for a stale lease or `404`.
+async fn complete_batch(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let m = body_object(body, &["completions"])?;
+    let Some(Value::Array(list)) = m.get("completions") else {
+        return Err(ApiError::invalid(
+            "completions",
+            "is required: an array of {id, lease_token, result?}",
+        ));
+    };
+    if list.is_empty() || list.len() > MAX_COMPLETIONS_PER_CALL {
+        return Err(ApiError::invalid(
+            "completions",
+            format!("must hold 1 to {MAX_COMPLETIONS_PER_CALL} items"),
+        ));
+    }
+    let mut items = Vec::with_capacity(list.len());
+    for (n, raw) in list.iter().enumerate() {
+        let field = |f: &str| format!("completions[{n}].{f}");
+        let Value::Object(o) = raw else {
+            return Err(ApiError::invalid(
+                format!("completions[{n}]"),
+                "must be an object",
+            ));
+        };
+        if let Some(k) = o
+            .keys()
+            .find(|k| !["id", "lease_token", "result"].contains(&k.as_str()))
+        {
+            return Err(ApiError::invalid(field(k), "unknown field"));
+        }
+        let id = o
+            .get("id")
+            .and_then(Value::as_str)
+            .and_then(|s| Uuid::parse_str(s).ok())
+            .ok_or_else(|| ApiError::invalid(field("id"), "must be an instance id (UUID)"))?;
+        let lease_token = o
+            .get("lease_token")
+            .and_then(Value::as_str)
+            .and_then(|s| Uuid::parse_str(s).ok())
+            .ok_or_else(|| {
+                ApiError::invalid(field("lease_token"), "must be the UUID a claim returned")
+            })?;
+        let result = o.get("result").filter(|v| !v.is_null()).cloned();
+        if let Some(r) = &result {
+            let size = serde_json::to_vec(r).map(|v| v.len()).unwrap_or(usize::MAX);
+            if size > MAX_RESULT_BYTES {
+                return Err(ApiError::TooLarge(format!(
+                    "completions[{n}].result is {size} bytes serialized; at most {MAX_RESULT_BYTES} are kept"
+                )));
+            }
+        }
+        if items
+            .iter()
+            .any(|c: &store_instances::Completion| c.id == id)
+        {
+            return Err(ApiError::invalid(field("id"), "lists an instance twice"));
+        }
+        items.push(store_instances::Completion {
+            id,
+            lease_token,
+            result,
+        });
+    }
+    let ids: Vec<Uuid> = items.iter().map(|c| c.id).collect();
+    for (id, agent) in store_instances::agents_of(&state.pool, &ids).await? {
+        check_agent(&principal, &agent).map_err(|e| match e {
+            ApiError::Forbidden(m) => ApiError::Forbidden(format!("instance {id}: {m}")),
+            other => other,
+        })?;
+    }
+    let outcomes = store_instances::complete_many(&state.pool, &items, None).await?;
+    let results: Vec<Value> = items
+        .iter()
+        .zip(outcomes)
+        .map(|(item, outcome)| match outcome {
+            Ok(inst) => serde_json::json!({"id": item.id, "status": 200, "instance": instance_json(&inst)}),
+            Err(e) => {
+                let e = not_found_instance(e, &item.id);
+                serde_json::json!({"id": item.id, "status": e.status().as_u16(), "detail": e.detail()})
+            }
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "results": results })))
 }

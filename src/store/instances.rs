@@ -644,6 +644,14 @@ pub async fn notify_work(conn: &mut PgConnection, agent_id: &str) -> Result<()> 
     Ok(())
 }
 
+/// One completion reported by a lease holder.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    pub id: Uuid,
+    pub lease_token: Uuid,
+    pub result: Option<Value>,
+}
+
 /// RUNNING → SUCCESS under the lease token; resets the task's consecutive failures.
 pub async fn complete(
     pool: &PgPool,
@@ -652,50 +660,129 @@ pub async fn complete(
     result: Option<&Value>,
     actor: &str,
 ) -> Result<Instance> {
+    let item = Completion {
+        id,
+        lease_token,
+        result: result.cloned(),
+    };
+    complete_many(pool, std::slice::from_ref(&item), Some(actor))
+        .await?
+        .pop()
+        .unwrap_or(Err(Error::NotFound))
+}
+
+/// Complete many instances in one transaction (one commit for all): each is its own
+/// compare-and-swap on (id, RUNNING, lease token), so a stale token fails only its own item.
+/// For every success, in the same transaction: the event row, the task's failure count reset,
+/// the dependents' windows, the `instance.succeeded` notification, and a wake-up for queued
+/// work. The event actor is `actor`, or `agent:<worker_id>` of each instance when `None`.
+/// Returns one result per item, in order.
+pub async fn complete_many(
+    pool: &PgPool,
+    items: &[Completion],
+    actor: Option<&str>,
+) -> Result<Vec<Result<Instance>>> {
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<Uuid> = items.iter().map(|c| c.id).collect();
+    let tokens: Vec<Uuid> = items.iter().map(|c| c.lease_token).collect();
+    let results: Vec<Option<Json<&Value>>> =
+        items.iter().map(|c| c.result.as_ref().map(Json)).collect();
     let mut tx = pool.begin().await.map_err(map_db_error)?;
-    let row: Option<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "with upd as ( \
-             update task_instance set status = 'SUCCESS', result = $3, finished_at = now(), \
+    let rows: Vec<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "with f as ( \
+             select * from unnest($1::uuid[], $2::uuid[], $3::jsonb[]) as f(id, token, result) \
+         ), upd as ( \
+             update task_instance i set status = 'SUCCESS', result = f.result, finished_at = now(), \
                  lease_token = null, lease_expires_at = null, deadline_at = null, \
                  error = null, error_kind = null, updated_at = now() \
-             where id = $1 and status = 'RUNNING' and lease_token = $2 \
-             returning * \
+             from f where i.id = f.id and i.status = 'RUNNING' and i.lease_token = f.token \
+             returning i.* \
          ), ev as ( \
              insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
-             select id, attempt, 'RUNNING', 'SUCCESS', $4, null from upd \
+             select id, attempt, 'RUNNING', 'SUCCESS', \
+                 coalesce($4, 'agent:' || coalesce(worker_id, 'unknown')), null from upd \
          ), tk as ( \
              update tasks set consecutive_failures = 0 \
-             where id = (select task_id from upd) and consecutive_failures <> 0 \
+             where id in (select task_id from upd) and consecutive_failures <> 0 \
          ) \
          select {INSTANCE_COLUMNS} from upd"
     )))
-    .bind(id)
-    .bind(lease_token)
-    .bind(result.map(Json))
+    .bind(&ids)
+    .bind(&tokens)
+    .bind(&results)
     .bind(actor)
-    .fetch_optional(&mut *tx)
+    .fetch_all(&mut *tx)
     .await
     .map_err(map_db_error)?;
-    let Some(row) = row else {
-        drop(tx);
-        return Err(fence_error(pool, id).await);
-    };
-    let inst: Instance = row.try_into()?;
-    notify_if_queued(&mut tx, &inst.task_id).await?;
-    trigger_dependents(&mut tx, &inst, result).await?;
-    outbox::enqueue(
-        &mut tx,
-        &[outbox::Event {
-            kind: "instance.succeeded",
-            task_id: inst.task_id.clone(),
-            instance_id: Some(inst.id),
-            list: outbox::NotifyList::OnSuccess,
-            data: serde_json::json!({ "instance": inst }),
-        }],
-    )
-    .await?;
+    let done: Vec<Instance> = rows
+        .into_iter()
+        .map(Instance::try_from)
+        .collect::<Result<_>>()?;
+
+    let mut task_ids: Vec<&str> = done.iter().map(|i| i.task_id.as_str()).collect();
+    task_ids.sort_unstable();
+    task_ids.dedup();
+    if !task_ids.is_empty() {
+        notify_queued(&mut tx, &task_ids).await?;
+        let has_dependents: bool = sqlx::query_scalar(
+            "select exists(select 1 from tasks where upstream_task_id = any($1))",
+        )
+        .bind(&task_ids)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_db_error)?;
+        if has_dependents {
+            for inst in &done {
+                let result = items
+                    .iter()
+                    .find(|c| c.id == inst.id)
+                    .and_then(|c| c.result.as_ref());
+                trigger_dependents(&mut tx, inst, result).await?;
+            }
+        }
+        let events: Vec<outbox::Event> = done
+            .iter()
+            .map(|inst| outbox::Event {
+                kind: "instance.succeeded",
+                task_id: inst.task_id.clone(),
+                instance_id: Some(inst.id),
+                list: outbox::NotifyList::OnSuccess,
+                data: serde_json::json!({ "instance": inst }),
+            })
+            .collect();
+        outbox::enqueue(&mut tx, &events).await?;
+    }
     tx.commit().await.map_err(map_db_error)?;
-    Ok(inst)
+
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        match done.iter().find(|i| i.id == item.id) {
+            Some(inst) => out.push(Ok(inst.clone())),
+            None => out.push(Err(fence_error(pool, item.id).await)),
+        }
+    }
+    Ok(out)
+}
+
+/// Finished RUNNING slots may unblock queued work of the same tasks: wake their agents'
+/// waiters, but only where such work exists (NOTIFY serialises commits; do not pay for it
+/// needlessly).
+async fn notify_queued(conn: &mut PgConnection, task_ids: &[&str]) -> Result<()> {
+    sqlx::query(
+        "select pg_notify($1, agent_id) from ( \
+             select distinct i.agent_id from unnest($2::text[]) as t(id) \
+             cross join lateral (select agent_id from task_instance \
+                                 where task_id = t.id and status = 'PENDING' limit 1) i \
+         ) a",
+    )
+    .bind(super::WORK_CHANNEL)
+    .bind(task_ids)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    Ok(())
 }
 
 /// `sha256:<hex>` of a result's JSON text (`null` when there is none): what a downstream
@@ -750,21 +837,6 @@ async fn trigger_dependents(
     for task_id in paused {
         tracing::info!(task_id = %task_id, window_key = %upstream.window_key, upstream_task_id = %upstream.task_id, reason = "task paused", "dependent window not materialised");
     }
-    Ok(())
-}
-
-/// A finished RUNNING slot may unblock queued work of the same task: wake its agent's waiters,
-/// but only when there is such work (NOTIFY serialises commits; do not pay for it needlessly).
-async fn notify_if_queued(conn: &mut PgConnection, task_id: &str) -> Result<()> {
-    sqlx::query(
-        "select pg_notify($1, agent_id) from task_instance \
-         where task_id = $2 and status = 'PENDING' limit 1",
-    )
-    .bind(super::WORK_CHANNEL)
-    .bind(task_id)
-    .execute(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
     Ok(())
 }
 
@@ -1131,7 +1203,7 @@ pub async fn fail(
             "instance {id} changed while its failure was recorded"
         ))
     })?;
-    notify_if_queued(&mut tx, &inst.task_id).await?;
+    notify_queued(&mut tx, &[inst.task_id.as_str()]).await?;
     tx.commit().await.map_err(map_db_error)?;
     Ok(inst)
 }
@@ -1419,6 +1491,15 @@ pub async fn prune_finished(pool: &PgPool, retention_days: i64, batch: i64) -> R
 /// Instances per status, for the `kairos_instances{status}` gauge.
 pub async fn count_by_status(pool: &PgPool) -> Result<Vec<(String, i64)>> {
     sqlx::query_as("select status, count(*) from task_instance group by status")
+        .fetch_all(pool)
+        .await
+        .map_err(map_db_error)
+}
+
+/// The agent of each existing instance among `ids`.
+pub async fn agents_of(pool: &PgPool, ids: &[Uuid]) -> Result<Vec<(Uuid, String)>> {
+    sqlx::query_as("select id, agent_id from task_instance where id = any($1)")
+        .bind(ids)
         .fetch_all(pool)
         .await
         .map_err(map_db_error)
