@@ -91,16 +91,16 @@ create table task_instance (
 -- Claims: pending work of one agent, oldest availability first, then window order.
 create index task_instance_claim_idx on task_instance (agent_id, available_at, scheduled_at)
     where status = 'PENDING';
--- Webhook dispatch: pending work of any agent by availability.
-create index task_instance_pending_idx on task_instance (available_at) where status = 'PENDING';
 -- Retry scanner: failed instances whose backoff has passed.
 create index task_instance_retry_idx on task_instance (available_at) where status = 'FAILED';
 -- Timeout reaper: running instances by lease expiry and by start.
 create index task_instance_lease_idx on task_instance (lease_expires_at) where status = 'RUNNING';
 create index task_instance_deadline_idx on task_instance (deadline_at) where status = 'RUNNING';
 -- Claims within one task: its pending windows in claim order.
-create index task_instance_task_pending_idx on task_instance (task_id, available_at, scheduled_at)
-    where status = 'PENDING';
+create index task_instance_task_pending_idx
+    on task_instance (task_id, available_at, scheduled_at, id) where status = 'PENDING';
+-- Concurrency limits: a task's RUNNING instances.
+create index task_instance_running_idx on task_instance (task_id) where status = 'RUNNING';
 -- Overlap checks: a task's unfinished instances.
 create index task_instance_unfinished_idx on task_instance (task_id, scheduled_at)
     where status in ('PENDING', 'RUNNING', 'FAILED');
@@ -113,7 +113,7 @@ create index task_instance_finished_idx on task_instance (finished_at)
     where finished_at is not null;
 
 create table instance_events (
-    id          bigserial primary key,
+    id          bigserial,
     instance_id uuid not null references task_instance (id) on delete cascade,
     attempt     integer not null,
     -- null for the creating event.
@@ -122,10 +122,10 @@ create table instance_events (
     -- Who moved it: `trigger:<node>`, `api`, `agent:<worker>`, `reaper:<node>`, `operator`, ...
     actor       text not null,
     reason      text,
-    at          timestamptz not null default now()
+    at          timestamptz not null default now(),
+    -- One index serves both identity and an instance's history in order.
+    primary key (instance_id, id)
 );
-
-create index instance_events_instance_idx on instance_events (instance_id, id);
 
 -- The notification outbox: one row per (event, destination URL), written in the same
 -- transaction as the transition that causes the event, delivered at least once by the notifier.

@@ -59,6 +59,7 @@ impl Options {
                 node_id: cfg.node_id.clone(),
                 batch_size: cfg.trigger_batch_size,
                 max_sleep: Duration::from_millis(cfg.trigger_max_sleep_ms),
+                parallelism: cfg.trigger_parallelism,
             }),
             retry_scanner: Some(RetryScannerConfig {
                 node_id: cfg.node_id.clone(),

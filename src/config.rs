@@ -58,6 +58,7 @@ pub struct Config {
     pub max_body_bytes: usize,
     pub trigger_batch_size: i64,
     pub trigger_max_sleep_ms: u64,
+    pub trigger_parallelism: usize,
     pub retry_scan_interval_ms: u64,
     pub retry_batch_size: i64,
     pub reaper_interval_ms: u64,
@@ -96,6 +97,7 @@ impl Default for Config {
             max_body_bytes: 256 * 1024,
             trigger_batch_size: 500,
             trigger_max_sleep_ms: 10_000,
+            trigger_parallelism: 2,
             retry_scan_interval_ms: 1000,
             retry_batch_size: 100,
             reaper_interval_ms: 1000,
@@ -221,6 +223,7 @@ impl Config {
             max_body_bytes,
             trigger_batch_size,
             trigger_max_sleep_ms,
+            trigger_parallelism,
             retry_scan_interval_ms,
             retry_batch_size,
             reaper_interval_ms,
@@ -274,6 +277,9 @@ impl Config {
         }
         if !(1..=10_000).contains(&self.trigger_batch_size) {
             return Err(invalid("trigger_batch_size", "must be from 1 to 10000"));
+        }
+        if !(1..=16).contains(&self.trigger_parallelism) {
+            return Err(invalid("trigger_parallelism", "must be from 1 to 16"));
         }
         if !(10..=600_000).contains(&self.trigger_max_sleep_ms) {
             return Err(invalid("trigger_max_sleep_ms", "must be from 10 to 600000"));
@@ -410,6 +416,7 @@ mod tests {
         assert_eq!(cfg.listen, d.listen);
         assert_eq!(cfg.trigger_batch_size, d.trigger_batch_size);
         assert_eq!(cfg.trigger_max_sleep_ms, d.trigger_max_sleep_ms);
+        assert_eq!(cfg.trigger_parallelism, d.trigger_parallelism);
         assert_eq!(cfg.max_body_bytes, d.max_body_bytes);
         assert_eq!(cfg.database_max_connections, d.database_max_connections);
         assert_eq!(cfg.retry_scan_interval_ms, d.retry_scan_interval_ms);

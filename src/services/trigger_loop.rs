@@ -30,6 +30,7 @@ use crate::store::{self, TASKS_CHANNEL, map_db_error, outbox};
 pub const LOOP_NAME: &str = "trigger";
 pub const DEFAULT_BATCH_SIZE: i64 = 500;
 pub const DEFAULT_MAX_SLEEP: Duration = Duration::from_secs(10);
+pub const DEFAULT_PARALLELISM: usize = 2;
 /// When a due task is held by another replica, wait this long before looking again.
 const CONTENDED_SLEEP: Duration = Duration::from_millis(20);
 
@@ -41,6 +42,8 @@ pub struct TriggerLoopConfig {
     pub batch_size: i64,
     /// Longest sleep when nothing is due (caps a lost notification).
     pub max_sleep: Duration,
+    /// Batches materialised at once (`trigger_parallelism`).
+    pub parallelism: usize,
 }
 
 impl TriggerLoopConfig {
@@ -49,6 +52,7 @@ impl TriggerLoopConfig {
             node_id: node_id.into(),
             batch_size: DEFAULT_BATCH_SIZE,
             max_sleep: DEFAULT_MAX_SLEEP,
+            parallelism: DEFAULT_PARALLELISM,
         }
     }
 }
@@ -64,6 +68,7 @@ pub struct TriggerReport {
     pub num_not_recorded: u64,
 }
 
+#[derive(Clone)]
 pub struct TriggerLoop {
     pool: PgPool,
     config: TriggerLoopConfig,
@@ -80,17 +85,31 @@ impl TriggerLoop {
     }
 
     /// Materialise every due window, batch after batch, until a short batch.
+    ///
+    /// `parallelism` batches run at once, each in its own transaction; `SKIP LOCKED` hands
+    /// them disjoint tasks, so a burst of due tasks is spread over the database's cores.
     pub async fn run_once(&self) -> store::Result<TriggerReport> {
         let mut total = TriggerReport::default();
         loop {
-            let (report, full) = self.run_batch().await?;
-            total.num_tasks += report.num_tasks;
-            total.num_created += report.num_created;
-            total.num_skipped += report.num_skipped;
-            total.num_conflicts += report.num_conflicts;
-            total.num_cancelled += report.num_cancelled;
-            total.num_not_recorded += report.num_not_recorded;
-            if !full {
+            let mut batches = tokio::task::JoinSet::new();
+            for _ in 0..self.config.parallelism.max(1) {
+                let me = self.clone();
+                batches.spawn(async move { me.run_batch().await });
+            }
+            let mut any_full = false;
+            while let Some(joined) = batches.join_next().await {
+                let (report, full) = joined.map_err(|e| {
+                    store::Error::Corrupt(format!("trigger batch task failed: {e}"))
+                })??;
+                any_full |= full;
+                total.num_tasks += report.num_tasks;
+                total.num_created += report.num_created;
+                total.num_skipped += report.num_skipped;
+                total.num_conflicts += report.num_conflicts;
+                total.num_cancelled += report.num_cancelled;
+                total.num_not_recorded += report.num_not_recorded;
+            }
+            if !any_full {
                 return Ok(total);
             }
         }

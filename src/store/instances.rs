@@ -464,28 +464,44 @@ pub async fn claim_scoped(
         ),
         ClaimScope::Webhook { max_per_task } => (None, None, max_per_task, "webhook"),
     };
-    let tasks: Vec<ClaimableTask> = sqlx::query_as(
-        "select t.id, \
-             least(coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1), $4)::int as lim, \
-             coalesce((t.spec->'execution'->>'timeout_seconds')::bigint, 600) as timeout \
-         from tasks t \
-         where not t.paused and t.dispatch_mode = $3 and t.id in ( \
-             select i.task_id from task_instance i \
-             where i.status = 'PENDING' and ($1::text is null or i.agent_id = $1) \
-               and i.available_at <= now() \
-               and exists (select 1 from tasks p \
-                           where p.id = i.task_id and not p.paused and p.dispatch_mode = $3) \
-             order by i.available_at, i.scheduled_at limit $2) \
-         order by t.id \
-         for update of t skip locked",
-    )
-    .bind(agent)
-    .bind(scan)
-    .bind(mode)
-    .bind(cap)
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(map_db_error)?;
+    // Step 1: the candidate tasks, locked so that claimers of one task take turns. Agents find
+    // them through their oldest pending work; the dispatcher through the webhook tasks.
+    let candidates_sql = match scope {
+        ClaimScope::Agent { .. } => {
+            "select t.id, \
+                 least(coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1), $4)::int as lim, \
+                 coalesce((t.spec->'execution'->>'timeout_seconds')::bigint, 600) as timeout \
+             from tasks t \
+             where not t.paused and t.dispatch_mode = $3 and t.id in ( \
+                 select i.task_id from task_instance i \
+                 where i.status = 'PENDING' and i.agent_id = $1 and i.available_at <= now() \
+                   and exists (select 1 from tasks p \
+                               where p.id = i.task_id and not p.paused and p.dispatch_mode = $3) \
+                 order by i.available_at, i.scheduled_at limit $2) \
+             order by t.id \
+             for update of t skip locked"
+        }
+        ClaimScope::Webhook { .. } => {
+            "select t.id, \
+                 least(coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1), $4)::int as lim, \
+                 coalesce((t.spec->'execution'->>'timeout_seconds')::bigint, 600) as timeout \
+             from tasks t \
+             where not t.paused and t.dispatch_mode = $3 and ($1::text is null or t.agent_id = $1) \
+               and exists (select 1 from task_instance i \
+                           where i.task_id = t.id and i.status = 'PENDING' \
+                             and i.available_at <= now()) \
+             order by t.id limit $2 \
+             for update of t skip locked"
+        }
+    };
+    let tasks: Vec<ClaimableTask> = sqlx::query_as(candidates_sql)
+        .bind(agent)
+        .bind(scan)
+        .bind(mode)
+        .bind(cap)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_db_error)?;
     if tasks.is_empty() {
         tx.commit().await.map_err(map_db_error)?;
         return Ok(Vec::new());
@@ -766,16 +782,16 @@ pub async fn complete_many(
     Ok(out)
 }
 
-/// Finished RUNNING slots may unblock queued work of the same tasks: wake their agents'
-/// waiters, but only where such work exists (NOTIFY serialises commits; do not pay for it
-/// needlessly).
+/// A finished RUNNING slot unblocks queued work only where the task was at its concurrency
+/// limit: wake those agents' waiters. Elsewhere the queued work was claimable already, and a
+/// NOTIFY (which serialises commits) would be paid for nothing.
 async fn notify_queued(conn: &mut PgConnection, task_ids: &[&str]) -> Result<()> {
     sqlx::query(
-        "select pg_notify($1, agent_id) from ( \
-             select distinct i.agent_id from unnest($2::text[]) as t(id) \
-             cross join lateral (select agent_id from task_instance \
-                                 where task_id = t.id and status = 'PENDING' limit 1) i \
-         ) a",
+        "select pg_notify($1, t.agent_id) from tasks t \
+         where t.id = any($2) \
+           and exists (select 1 from task_instance i where i.task_id = t.id and i.status = 'PENDING') \
+           and (select count(*) from task_instance r where r.task_id = t.id and r.status = 'RUNNING') + 1 \
+               >= coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1)",
     )
     .bind(super::WORK_CHANNEL)
     .bind(task_ids)
