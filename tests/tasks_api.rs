@@ -140,6 +140,7 @@ async fn pause_and_resume_move_next_fire_at(pool: PgPool) {
 
     // Let the old next_fire_at fall into the past while paused.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let before = kairos::store::now(&pool).await.expect("now");
     let (status, resumed) =
         json(app.request(Method::POST, "/v1/tasks/t1/resume", None).await).await;
     assert_eq!(status, 200, "{resumed}");
@@ -149,8 +150,16 @@ async fn pause_and_resume_move_next_fire_at(pool: PgPool) {
         .as_str()
         .and_then(|s| s.parse().ok())
         .expect("next_fire_at");
-    let now = kairos::store::now(&pool).await.expect("now");
-    assert!(next > now, "resume recomputes from now: {next} vs {now}");
+    // Recomputed from the moment of resume: the first whole second after it, not the old,
+    // missed window.
+    assert!(
+        next > before,
+        "resume recomputes from now: {next} vs {before}"
+    );
+    assert!(
+        next <= before + chrono::Duration::seconds(2),
+        "{next} vs {before}"
+    );
 }
 
 #[sqlx::test]

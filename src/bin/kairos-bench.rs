@@ -404,7 +404,12 @@ async fn claim_complete(
     let started = Instant::now();
     let mut workers = Vec::new();
     for a in 0..agents {
-        let (client, url, latencies) = (client.clone(), server.base.clone(), latencies.clone());
+        let (client, url, latencies, pool) = (
+            client.clone(),
+            server.base.clone(),
+            latencies.clone(),
+            db.pool.clone(),
+        );
         workers.push(tokio::spawn(async move {
             let mut done = 0u64;
             loop {
@@ -421,7 +426,16 @@ async fn claim_complete(
                 }
                 let items = resp["instances"].as_array().cloned().unwrap_or_default();
                 if items.is_empty() {
-                    return Ok::<u64, anyhow::Error>(done);
+                    // Empty can mean another agent holds the tasks right now: stop only when
+                    // nothing is left to claim.
+                    let left: i64 = sqlx::query_scalar("select count(*) from task_instance where status = 'PENDING'")
+                        .fetch_one(&pool)
+                        .await?;
+                    if left == 0 {
+                        return Ok::<u64, anyhow::Error>(done);
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
                 }
                 if batched {
                     let completions: Vec<Value> = items

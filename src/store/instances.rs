@@ -451,7 +451,9 @@ pub async fn claim_scoped(
     actor: &str,
 ) -> Result<Vec<Claimed>> {
     let mut tx = pool.begin().await.map_err(map_db_error)?;
-    let scan = (max_instances * 8).clamp(32, 1000);
+    // How many of the oldest pending rows to consider: enough to fill the claim when a few
+    // tasks are at their limit, few enough that one claimer does not lock every task.
+    let scan = (max_instances * 2).clamp(16, 1000);
     let (agent, lease, cap, mode) = match scope {
         ClaimScope::Agent {
             agent_id,
@@ -509,25 +511,52 @@ pub async fn claim_scoped(
     let ids: Vec<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
     let lims: Vec<i32> = tasks.iter().map(|t| t.lim).collect();
     let timeouts: Vec<i64> = tasks.iter().map(|t| t.timeout).collect();
-    let rows: Vec<ClaimedRow> = sqlx::query_as(
+    // Step 2: the instances, within each task's room under its concurrency limit, in
+    // availability then window order. Agents read their oldest pending rows through the claim
+    // index and rank them per task; the dispatcher walks each webhook task's pending rows.
+    let chosen = match scope {
+        ClaimScope::Agent { .. } => {
+            "cand as ( \
+                 select i.id, i.task_id, i.available_at, i.scheduled_at from task_instance i \
+                 where i.status = 'PENDING' and i.agent_id = $1 and i.available_at <= now() \
+                   and i.task_id = any($2) \
+                 order by i.available_at, i.scheduled_at, i.id limit $9 \
+             ), ranked as ( \
+                 select c.*, row_number() over ( \
+                     partition by c.task_id order by c.available_at, c.scheduled_at, c.id) as rn \
+                 from cand c \
+             ), chosen as ( \
+                 select k.id, l.timeout, k.available_at, k.scheduled_at from ranked k \
+                 join l on l.task_id = k.task_id \
+                 left join running r on r.task_id = k.task_id \
+                 where k.rn <= l.lim - coalesce(r.n, 0) \
+                 order by k.available_at, k.scheduled_at, k.id \
+                 limit $5 \
+             )"
+        }
+        ClaimScope::Webhook { .. } => {
+            "chosen as ( \
+                 select c.id, l.timeout, c.available_at, c.scheduled_at from l \
+                 left join running r on r.task_id = l.task_id \
+                 cross join lateral ( \
+                     select i.id, i.available_at, i.scheduled_at from task_instance i \
+                     where i.task_id = l.task_id and i.status = 'PENDING' \
+                       and ($1::text is null or i.agent_id = $1) and i.available_at <= now() \
+                     order by i.available_at, i.scheduled_at, i.id \
+                     limit greatest(least(l.lim - coalesce(r.n, 0), $5), 0) \
+                 ) c \
+                 order by c.available_at, c.scheduled_at, c.id \
+                 limit least($5, $9) \
+             )"
+        }
+    };
+    let rows: Vec<ClaimedRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "with l as ( \
              select * from unnest($2::text[], $3::int[], $4::bigint[]) as l(task_id, lim, timeout) \
          ), running as ( \
              select task_id, count(*)::int as n from task_instance \
              where status = 'RUNNING' and task_id = any($2) group by task_id \
-         ), chosen as ( \
-             select c.id, l.timeout, c.available_at, c.scheduled_at from l \
-             left join running r on r.task_id = l.task_id \
-             cross join lateral ( \
-                 select i.id, i.available_at, i.scheduled_at from task_instance i \
-                 where i.task_id = l.task_id and i.status = 'PENDING' \
-                   and ($1::text is null or i.agent_id = $1) and i.available_at <= now() \
-                 order by i.available_at, i.scheduled_at, i.id \
-                 limit greatest(least(l.lim - coalesce(r.n, 0), $5), 0) \
-             ) c \
-             order by c.available_at, c.scheduled_at, c.id \
-             limit $5 \
-         ), upd as ( \
+         ), {chosen}         , upd as ( \
              update task_instance i set status = 'RUNNING', lease_token = gen_random_uuid(), \
                  lease_expires_at = now() + make_interval(secs => coalesce($6, chosen.timeout)), \
                  deadline_at = now() + make_interval(secs => chosen.timeout), \
@@ -543,13 +572,13 @@ pub async fn claim_scoped(
              upd.worker_id, upd.started_at, upd.finished_at, upd.result, upd.error, \
              upd.error_kind, upd.skip_reason, upd.upstream_instance_id, \
              upd.upstream_result_digest, upd.created_at, upd.updated_at, upd.lease_token, \
-             coalesce(t.spec->'context', '{}'::jsonb) || coalesce(upd.context_override, '{}'::jsonb) \
+             coalesce(t.spec->'context', '{{}}'::jsonb) || coalesce(upd.context_override, '{{}}'::jsonb) \
                  as context, \
              t.spec->'dispatch' as dispatch, \
              coalesce((t.spec->'execution'->>'timeout_seconds')::bigint, 600) as timeout_seconds \
          from upd join tasks t on t.id = upd.task_id \
          order by upd.available_at, upd.scheduled_at, upd.id",
-    )
+    )))
     .bind(agent)
     .bind(&ids)
     .bind(&lims)
@@ -558,6 +587,7 @@ pub async fn claim_scoped(
     .bind(lease.map(|l| l as f64))
     .bind(worker_id)
     .bind(actor)
+    .bind(scan)
     .fetch_all(&mut *tx)
     .await
     .map_err(map_db_error)?;
