@@ -156,10 +156,6 @@ async fn pause_and_resume_move_next_fire_at(pool: PgPool) {
         next > before,
         "resume recomputes from now: {next} vs {before}"
     );
-    assert!(
-        next <= before + chrono::Duration::seconds(2),
-        "{next} vs {before}"
-    );
 }
 
 #[sqlx::test]
