@@ -534,11 +534,14 @@ async fn fire_lag(base: &str, n: i64) -> Result<[String; 4]> {
                     Ok(r) => r.json().await.unwrap_or(Value::Null),
                     Err(_) => continue,
                 };
-                for i in resp["instances"].as_array().cloned().unwrap_or_default() {
-                    let id = i["id"].as_str().unwrap_or("");
+                let completions: Vec<Value> = resp["instances"]
+                    .as_array()
+                    .map(|a| a.iter().map(|i| json!({"id": i["id"], "lease_token": i["lease_token"]})).collect())
+                    .unwrap_or_default();
+                if !completions.is_empty() {
                     let _ = client
-                        .post(format!("{url}/v1/instances/{id}/complete"))
-                        .json(&json!({"lease_token": i["lease_token"]}))
+                        .post(format!("{url}/v1/completions"))
+                        .json(&json!({"completions": completions}))
                         .send()
                         .await;
                 }
@@ -576,7 +579,9 @@ async fn fire_lag(base: &str, n: i64) -> Result<[String; 4]> {
     drop(server);
     db.drop_db().await?;
     Ok(row(
-        &format!("fire lag, {n} tasks on a per-minute cron, 8 agents long-polling"),
+        &format!(
+            "fire lag, {n} tasks on a per-minute cron, 8 agents long-polling, batch completions"
+        ),
         format!(
             "p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
             percentile(&lags, 0.5),
