@@ -245,15 +245,7 @@ impl Running {
 
 /// `kairos serve`: connect, migrate, listen, run until SIGTERM/SIGINT, stop in order.
 pub async fn serve(cfg: Config) -> anyhow::Result<()> {
-    let pool = store::connect(&cfg.database_url, cfg.database_max_connections)
-        .await
-        .with_context(|| {
-            format!(
-                "connecting to the database (database_url of {})",
-                redact(&cfg.database_url)
-            )
-        })?;
-    store::migrate(&pool).await.context("applying migrations")?;
+    let pool = connect_and_migrate(&cfg, cfg.database_max_connections).await?;
     let _ = crate::telemetry::metrics_handle();
     let listener = TcpListener::bind(cfg.listen)
         .await
@@ -270,7 +262,14 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
 
 /// `kairos migrate`.
 pub async fn migrate(cfg: Config) -> anyhow::Result<()> {
-    let pool = store::connect(&cfg.database_url, 2)
+    connect_and_migrate(&cfg, 2).await?;
+    tracing::info!("migrations applied");
+    Ok(())
+}
+
+/// A pool on `database_url` with every migration applied (safe when replicas start at once).
+async fn connect_and_migrate(cfg: &Config, max_connections: u32) -> anyhow::Result<PgPool> {
+    let pool = store::connect(&cfg.database_url, max_connections)
         .await
         .with_context(|| {
             format!(
@@ -279,8 +278,7 @@ pub async fn migrate(cfg: Config) -> anyhow::Result<()> {
             )
         })?;
     store::migrate(&pool).await.context("applying migrations")?;
-    tracing::info!("migrations applied");
-    Ok(())
+    Ok(pool)
 }
 
 /// The URL without its password, for messages.

@@ -1115,15 +1115,7 @@ pub async fn operator_retry(
         return Err(illegal_error(pool, id).await);
     };
     let inst: Instance = row.try_into()?;
-    let agent: Option<String> =
-        sqlx::query_scalar("select agent_id from task_instance where id = $1")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_db_error)?;
-    if let Some(agent) = agent {
-        notify_work(&mut tx, &agent).await?;
-    }
+    notify_work(&mut tx, &inst.agent_id).await?;
     tx.commit().await.map_err(map_db_error)?;
     Ok(inst)
 }
