@@ -32,6 +32,7 @@ enum Mode {
     Status(u16),
     Accept,
     Sleep(Duration),
+    Redirect(String),
 }
 
 #[derive(Clone, Debug)]
@@ -72,6 +73,12 @@ async fn handle(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> R
         )
             .into_response(),
         Mode::Accept => StatusCode::ACCEPTED.into_response(),
+        Mode::Redirect(to) => (
+            StatusCode::FOUND,
+            [(axum::http::header::LOCATION, to)],
+            "moved",
+        )
+            .into_response(),
         Mode::Sleep(d) => {
             tokio::time::sleep(d).await;
             axum::Json(json!({"status": "success"})).into_response()
@@ -520,4 +527,48 @@ async fn a_down_receiver_gets_its_notifications_later_without_delaying_other_pus
     assert_eq!(body["type"], "instance.dead");
     assert_eq!(body["task_id"], "alerting");
     app.shutdown().await;
+}
+
+#[sqlx::test]
+async fn redirects_are_not_followed_and_count_as_a_failed_push(pool: PgPool) {
+    let target = Receiver::start(vec![Mode::Success]).await;
+    let redirector = Receiver::start(vec![Mode::Redirect(target.url())]).await;
+    let app = TestApp::spawn(pool.clone()).await;
+    webhook_task(&app, "moved", &redirector.url(), json!({})).await;
+    app.post("/v1/tasks/moved/trigger", json!({})).await;
+    let report = dispatcher(&pool, &app).run_once().await.expect("dispatch");
+    assert_eq!(report.num_failed, 1);
+    assert!(target.hits().is_empty(), "the redirect was not followed");
+    let body = body_of(&redirector.hits()[0]);
+    let failed = instance(&app, body["instance"]["id"].as_str().unwrap_or("")).await;
+    assert!(
+        failed["error"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("HTTP 302"),
+        "{failed}"
+    );
+}
+
+#[sqlx::test]
+async fn outbound_urls_outside_the_allow_list_are_refused_at_registration(pool: PgPool) {
+    let mut opts = Options::api_only("allow");
+    opts.allow_list = kairos::outbound::AllowList::parse("hooks.example.com");
+    let app = TestApp::spawn_opts(pool, opts).await;
+    let (status, problem) = json(
+        app.put(
+            "/v1/tasks/x",
+            json!({"agent_id": "a", "trigger": {"type": "manual"},
+                   "dispatch": {"mode": "webhook", "url": "http://127.0.0.1:9/hook", "secret": SECRET},
+                   "notify": {"on_failure": ["https://hooks.example.com/ok", "https://elsewhere.example/no"]}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 422, "{problem}");
+    let fields: Vec<&str> = problem["errors"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|e| e["field"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(fields, vec!["dispatch.url", "notify.on_failure[1]"]);
 }
