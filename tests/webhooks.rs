@@ -33,6 +33,7 @@ enum Mode {
     Accept,
     Sleep(Duration),
     Redirect(String),
+    Huge,
 }
 
 #[derive(Clone, Debug)]
@@ -78,6 +79,8 @@ async fn handle(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> R
             [(axum::http::header::LOCATION, to)],
             "moved",
         )
+            .into_response(),
+        Mode::Huge => axum::Json(json!({"status": "success", "result": "x".repeat(100 * 1024)}))
             .into_response(),
         Mode::Sleep(d) => {
             tokio::time::sleep(d).await;
@@ -571,4 +574,23 @@ async fn outbound_urls_outside_the_allow_list_are_refused_at_registration(pool: 
         .map(|a| a.iter().filter_map(|e| e["field"].as_str()).collect())
         .unwrap_or_default();
     assert_eq!(fields, vec!["dispatch.url", "notify.on_failure[1]"]);
+}
+
+#[sqlx::test]
+async fn an_oversized_answer_is_not_read_past_its_bound(pool: PgPool) {
+    let receiver = Receiver::start(vec![Mode::Huge]).await;
+    let app = TestApp::spawn(pool.clone()).await;
+    webhook_task(&app, "huge", &receiver.url(), json!({})).await;
+    app.post("/v1/tasks/huge/trigger", json!({})).await;
+    let report = dispatcher(&pool, &app).run_once().await.expect("dispatch");
+    assert_eq!(report.num_failed, 1);
+    let body = body_of(&receiver.hits()[0]);
+    let failed = instance(&app, body["instance"]["id"].as_str().unwrap_or("")).await;
+    assert!(
+        failed["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("larger than 65536 bytes"),
+        "{failed}"
+    );
 }

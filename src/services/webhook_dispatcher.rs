@@ -172,6 +172,11 @@ impl WebhookDispatcher {
                 tracing::info!(task_id = %i.task_id, window_key = %i.window_key, instance_id = %i.id, attempt = i.attempt, "webhook accepted; awaiting the agent's callback");
                 return count(PushOutcome::Accepted);
             }
+            Ok(a) if a.body.is_none() => Err(format!(
+                "HTTP {}: response body larger than {} bytes",
+                a.status,
+                outbound::MAX_RESPONSE_BYTES
+            )),
             Ok(a) if (200..300).contains(&a.status) => {
                 let parsed: Option<Value> = a
                     .body
