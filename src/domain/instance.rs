@@ -73,14 +73,6 @@ impl InstanceStatus {
                 | InstanceStatus::Cancelled
         )
     }
-
-    /// Counts against `concurrency_limit` (CONTRACT §4 overlap).
-    pub fn is_unfinished(self) -> bool {
-        matches!(
-            self,
-            InstanceStatus::Pending | InstanceStatus::Running | InstanceStatus::Failed
-        )
-    }
 }
 
 impl fmt::Display for InstanceStatus {

@@ -52,7 +52,13 @@ impl ApiError {
         match self {
             ApiError::Invalid(errors) => errors
                 .iter()
-                .map(|e| format!("{}: {}", e.field, e.message))
+                .map(|e| {
+                    if e.field.is_empty() {
+                        e.message.clone()
+                    } else {
+                        format!("{}: {}", e.field, e.message)
+                    }
+                })
                 .collect::<Vec<_>>()
                 .join("; "),
             ApiError::Internal(_) => "the server failed; the error was logged".to_owned(),
@@ -172,39 +178,12 @@ impl IntoResponse for ApiError {
             "title": title,
             "status": status.as_u16(),
         });
+        body["detail"] = json!(self.detail());
         match &self {
-            ApiError::Invalid(errors) => {
-                let detail = errors
-                    .iter()
-                    .map(|e| {
-                        if e.field.is_empty() {
-                            e.message.clone()
-                        } else {
-                            format!("{}: {}", e.field, e.message)
-                        }
-                    })
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                body["detail"] = json!(detail);
-                body["errors"] = json!(errors);
-            }
-            ApiError::Internal(m) => {
-                tracing::error!(error = %m, "internal error");
-                body["detail"] = json!("the server failed; the error was logged");
-            }
-            ApiError::Unavailable(m) => {
-                tracing::warn!(error = %m, "database unavailable");
-                body["detail"] = json!("the database is unavailable; retry later");
-            }
-            ApiError::Malformed(m)
-            | ApiError::NotFound(m)
-            | ApiError::Unauthorized(m)
-            | ApiError::Forbidden(m)
-            | ApiError::MethodNotAllowed(m)
-            | ApiError::Conflict(m)
-            | ApiError::PreconditionFailed(m)
-            | ApiError::TooLarge(m)
-            | ApiError::UnsupportedMediaType(m) => body["detail"] = json!(m),
+            ApiError::Invalid(errors) => body["errors"] = json!(errors),
+            ApiError::Internal(m) => tracing::error!(error = %m, "internal error"),
+            ApiError::Unavailable(m) => tracing::warn!(error = %m, "database unavailable"),
+            _ => {}
         }
         let mut resp = (status, axum::Json(body)).into_response();
         resp.headers_mut().insert(

@@ -225,18 +225,42 @@ fn reason_of(body: Value, default: &str) -> Result<String, ApiError> {
     Ok(string_field(&m, "reason", false, MAX_REASON_LEN)?.unwrap_or_else(|| default.to_owned()))
 }
 
+/// An operator action on one instance: what it does, its default reason, and its log line.
+struct OperatorAction {
+    default_reason: &'static str,
+    logged_as: &'static str,
+    retry: bool,
+}
+
+async fn operator_action(
+    state: &AppState,
+    id: &str,
+    body: Value,
+    action: OperatorAction,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_instance_id(id)?;
+    let reason = reason_of(body, action.default_reason)?;
+    let done = if action.retry {
+        store_instances::operator_retry(&state.pool, id, "operator", &reason).await
+    } else {
+        store_instances::operator_cancel(&state.pool, id, "operator", &reason).await
+    };
+    let inst = done.map_err(|e| not_found_instance(e, &id))?;
+    tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, reason = %reason, "{}", action.logged_as);
+    Ok(Json(instance_json(&inst)))
+}
+
 async fn retry(
     State(state): State<AppState>,
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
-    let id = parse_instance_id(&id)?;
-    let reason = reason_of(body, "retried by operator")?;
-    let inst = store_instances::operator_retry(&state.pool, id, "operator", &reason)
-        .await
-        .map_err(|e| not_found_instance(e, &id))?;
-    tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, reason = %reason, "instance retried by operator");
-    Ok(Json(instance_json(&inst)))
+    let action = OperatorAction {
+        default_reason: "retried by operator",
+        logged_as: "instance retried by operator",
+        retry: true,
+    };
+    operator_action(&state, &id, body, action).await
 }
 
 async fn cancel(
@@ -244,13 +268,12 @@ async fn cancel(
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
-    let id = parse_instance_id(&id)?;
-    let reason = reason_of(body, "cancelled by operator")?;
-    let inst = store_instances::operator_cancel(&state.pool, id, "operator", &reason)
-        .await
-        .map_err(|e| not_found_instance(e, &id))?;
-    tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, reason = %reason, "instance cancelled by operator");
-    Ok(Json(instance_json(&inst)))
+    let action = OperatorAction {
+        default_reason: "cancelled by operator",
+        logged_as: "instance cancelled by operator",
+        retry: false,
+    };
+    operator_action(&state, &id, body, action).await
 }
 
 /// Most completions in one `POST /v1/completions`.

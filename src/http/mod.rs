@@ -10,8 +10,6 @@ pub mod health;
 pub mod instances;
 pub mod tasks;
 
-use std::time::Duration;
-
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::MethodRouter;
@@ -119,6 +117,3 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }
-
-/// How long a request may take before the server stops waiting for it at shutdown.
-pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);

@@ -18,7 +18,6 @@ use super::{Heartbeats, error_backoff, error_chain};
 use crate::domain::instance::InstanceStatus;
 use crate::domain::policy::{SkipReason, plan_due_windows};
 use crate::domain::schedule::window_key;
-use crate::store::instances::InsertReport;
 use crate::store::instances::{
     NewInstance, cancel_windows, existing_windows, insert_windows, notify_work, unfinished_windows,
 };
@@ -225,15 +224,14 @@ impl TriggerLoop {
         }
 
         let inserted = insert_windows(&mut tx, &rows, &actor).await?;
+        let written = inserted.written(&rows);
         advance_tasks(&mut tx, &moves).await?;
-        outbox::enqueue(&mut tx, &missed_events(&rows, &inserted, &not_recorded)).await?;
+        outbox::enqueue(&mut tx, &missed_events(&written, &not_recorded)).await?;
         // Wake the long-polling claims of every agent that got claimable work.
-        let mut agents: Vec<&str> = inserted
-            .created
+        let mut agents: Vec<&str> = written
             .iter()
-            .filter(|c| c.status == InstanceStatus::Pending.as_str())
-            .filter_map(|c| due.iter().find(|t| t.spec.id.as_str() == c.task_id))
-            .map(|t| t.spec.agent_id.as_str())
+            .filter(|r| r.status == InstanceStatus::Pending)
+            .map(|r| r.agent_id.as_str())
             .collect();
         agents.sort_unstable();
         agents.dedup();
@@ -242,31 +240,22 @@ impl TriggerLoop {
         }
         tx.commit().await.map_err(map_db_error)?;
 
-        for c in &inserted.created {
-            if c.status == InstanceStatus::Skipped.as_str() {
-                report.num_skipped += 1;
-            } else {
+        // Logged after commit, from the rows that really were written.
+        for r in &written {
+            if r.status != InstanceStatus::Skipped {
                 report.num_created += 1;
-                tracing::debug!(task_id = %c.task_id, window_key = %c.window_key, instance_id = %c.id, "window materialised");
+                tracing::debug!(task_id = %r.task_id, window_key = %r.window_key, "window materialised");
+                continue;
             }
-        }
-        // Skips are logged after commit, from the rows that really were written.
-        let created: std::collections::HashSet<(&str, &str)> = inserted
-            .created
-            .iter()
-            .map(|c| (c.task_id.as_str(), c.window_key.as_str()))
-            .collect();
-        for r in rows.iter().filter(|r| r.status == InstanceStatus::Skipped) {
-            if created.contains(&(r.task_id.as_str(), r.window_key.as_str())) {
-                let reason = r.skip_reason.as_deref().unwrap_or("");
-                let label = if reason == "missed" {
-                    "missed"
-                } else {
-                    "overlap"
-                };
-                metrics::counter!("kairos_skipped_total", "reason" => label).increment(1);
-                tracing::info!(task_id = %r.task_id, window_key = %r.window_key, source = r.source.as_str(), reason = %reason, "window skipped");
-            }
+            report.num_skipped += 1;
+            let reason = r.skip_reason.as_deref().unwrap_or("");
+            let label = if reason == "missed" {
+                "missed"
+            } else {
+                "overlap"
+            };
+            metrics::counter!("kairos_skipped_total", "reason" => label).increment(1);
+            tracing::info!(task_id = %r.task_id, window_key = %r.window_key, source = r.source.as_str(), reason = %reason, "window skipped");
         }
         for (task_id, key) in &inserted.conflicts {
             tracing::info!(task_id = %task_id, window_key = %key, reason = "window already exists", "window insert conflict");
@@ -385,22 +374,13 @@ async fn recv(listener: &mut Option<PgListener>) -> Result<bool, sqlx::Error> {
 
 /// One `windows.missed` notification per task whose missed windows this pass recorded (or could
 /// not record, beyond the catch-up bound).
-fn missed_events(
-    rows: &[NewInstance],
-    inserted: &InsertReport,
-    not_recorded: &[(String, u64)],
-) -> Vec<outbox::Event> {
+fn missed_events(written: &[&NewInstance], not_recorded: &[(String, u64)]) -> Vec<outbox::Event> {
     use std::collections::BTreeMap;
-    let created: std::collections::HashSet<(&str, &str)> = inserted
-        .created
-        .iter()
-        .map(|c| (c.task_id.as_str(), c.window_key.as_str()))
-        .collect();
     let mut per_task: BTreeMap<&str, (usize, &str, &str, u64)> = BTreeMap::new();
-    for r in rows.iter().filter(|r| {
-        r.skip_reason.as_deref() == Some("missed")
-            && created.contains(&(r.task_id.as_str(), r.window_key.as_str()))
-    }) {
+    for r in written
+        .iter()
+        .filter(|r| r.skip_reason.as_deref() == Some("missed"))
+    {
         let e = per_task.entry(r.task_id.as_str()).or_insert((
             0,
             r.window_key.as_str(),

@@ -50,6 +50,24 @@ pub struct InsertReport {
     pub conflicts: Vec<(String, String)>,
 }
 
+impl InsertReport {
+    /// The rows of `rows` (the batch given to [`insert_windows`]) that were written: all but
+    /// the conflicts, which are rare, so this is usually the whole batch.
+    pub fn written<'a>(&self, rows: &'a [NewInstance]) -> Vec<&'a NewInstance> {
+        if self.conflicts.is_empty() {
+            return rows.iter().collect();
+        }
+        let lost: std::collections::HashSet<(&str, &str)> = self
+            .conflicts
+            .iter()
+            .map(|(t, k)| (t.as_str(), k.as_str()))
+            .collect();
+        rows.iter()
+            .filter(|r| !lost.contains(&(r.task_id.as_str(), r.window_key.as_str())))
+            .collect()
+    }
+}
+
 /// Insert windows with `ON CONFLICT (task_id, window_key) DO NOTHING`, and one creating event
 /// per inserted row, in one statement. Never select-then-insert.
 pub async fn insert_windows(
@@ -178,9 +196,63 @@ fn status_names(statuses: &[InstanceStatus]) -> Vec<&'static str> {
     statuses.iter().map(|s| s.as_str()).collect()
 }
 
-/// Cancel the named windows of a task if they are still cancellable (CAS on the legal source
-/// states); a running lease is fenced out because its token is cleared. Returns the window keys
-/// actually cancelled.
+/// Which instances a cancellation is for.
+enum CancelScope<'a> {
+    One(Uuid),
+    Windows(&'a str, &'a [String]),
+    /// A task's instances that have not started (PENDING) or wait for a retry (FAILED).
+    Unstarted(&'a str),
+}
+
+/// Move the instances in `scope` to CANCELLED where the state machine allows it (a
+/// compare-and-swap on their current status), clear any lease so a running worker is fenced
+/// out, and write one event each. The one statement every cancellation path uses.
+async fn cancel_where(
+    conn: &mut PgConnection,
+    scope: CancelScope<'_>,
+    actor: &str,
+    reason: &str,
+) -> Result<Vec<InstanceRow>> {
+    let (filter, from) = match scope {
+        CancelScope::One(_) => ("id = $4", legal_sources(Event::Cancel)),
+        CancelScope::Windows(..) => (
+            "task_id = $4 and window_key = any($5)",
+            legal_sources(Event::Cancel),
+        ),
+        CancelScope::Unstarted(_) => (
+            "task_id = $4",
+            vec![InstanceStatus::Pending, InstanceStatus::Failed],
+        ),
+    };
+    let sql = format!(
+        "with old as ( \
+             select id, status from task_instance where {filter} and status = any($1) for update \
+         ), upd as ( \
+             update task_instance i set status = 'CANCELLED', finished_at = now(), \
+                 lease_token = null, lease_expires_at = null, deadline_at = null, \
+                 error_kind = 'cancelled', error = $3, updated_at = now() \
+             from old where i.id = old.id \
+             returning i.*, old.status as from_status \
+         ), ev as ( \
+             insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
+             select id, attempt, from_status, 'CANCELLED', $2, $3 from upd \
+         ) \
+         select {INSTANCE_COLUMNS} from upd"
+    );
+    let q = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(status_names(&from))
+        .bind(actor)
+        .bind(reason);
+    let q = match scope {
+        CancelScope::One(id) => q.bind(id),
+        CancelScope::Windows(task_id, keys) => q.bind(task_id).bind(keys),
+        CancelScope::Unstarted(task_id) => q.bind(task_id),
+    };
+    q.fetch_all(&mut *conn).await.map_err(map_db_error)
+}
+
+/// Cancel the named windows of a task if they are still cancellable (overlap `replace`).
+/// Returns the window keys actually cancelled.
 pub async fn cancel_windows(
     conn: &mut PgConnection,
     task_id: &str,
@@ -191,32 +263,14 @@ pub async fn cancel_windows(
     if window_keys.is_empty() {
         return Ok(Vec::new());
     }
-    let from = status_names(&legal_sources(Event::Cancel));
-    let rows: Vec<(String,)> = sqlx::query_as(
-        "with old as ( \
-             select id, status from task_instance \
-             where task_id = $1 and window_key = any($2) and status = any($3) for update \
-         ), upd as ( \
-             update task_instance t set status = 'CANCELLED', lease_token = null, \
-                 lease_expires_at = null, finished_at = now(), error_kind = 'cancelled', \
-                 error = $5, updated_at = now() \
-             from old where t.id = old.id \
-             returning t.id, t.window_key, t.attempt, old.status as from_status \
-         ), ev as ( \
-             insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
-             select id, attempt, from_status, 'CANCELLED', $4, $5 from upd \
-         ) \
-         select window_key from upd",
+    let rows = cancel_where(
+        conn,
+        CancelScope::Windows(task_id, window_keys),
+        actor,
+        reason,
     )
-    .bind(task_id)
-    .bind(window_keys)
-    .bind(&from)
-    .bind(actor)
-    .bind(reason)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
-    Ok(rows.into_iter().map(|r| r.0).collect())
+    .await?;
+    Ok(rows.into_iter().map(|r| r.window_key).collect())
 }
 
 /// Cancel a task's instances that have not started (PENDING) or wait for a retry (FAILED).
@@ -226,26 +280,8 @@ pub async fn cancel_unstarted_of_task(
     actor: &str,
     reason: &str,
 ) -> Result<u64> {
-    let result = sqlx::query(
-        "with old as ( \
-             select id, status from task_instance \
-             where task_id = $1 and status in ('PENDING', 'FAILED') for update \
-         ), upd as ( \
-             update task_instance t set status = 'CANCELLED', finished_at = now(), \
-                 error_kind = 'cancelled', error = $3, updated_at = now() \
-             from old where t.id = old.id \
-             returning t.id, t.attempt, old.status as from_status \
-         ) \
-         insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
-         select id, attempt, from_status, 'CANCELLED', $2, $3 from upd",
-    )
-    .bind(task_id)
-    .bind(actor)
-    .bind(reason)
-    .execute(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
-    Ok(result.rows_affected())
+    let rows = cancel_where(conn, CancelScope::Unstarted(task_id), actor, reason).await?;
+    Ok(rows.len() as u64)
 }
 
 #[derive(sqlx::FromRow)]
@@ -1127,29 +1163,11 @@ pub async fn operator_cancel(
     actor: &str,
     reason: &str,
 ) -> Result<Instance> {
-    let from = status_names(&legal_sources(Event::Cancel));
-    let row: Option<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "with old as ( \
-             select id, status from task_instance where id = $1 and status = any($2) for update \
-         ), upd as ( \
-             update task_instance i set status = 'CANCELLED', finished_at = now(), \
-                 lease_token = null, lease_expires_at = null, deadline_at = null, \
-                 error_kind = 'cancelled', error = $4, updated_at = now() \
-             from old where i.id = old.id \
-             returning i.*, old.status as from_status \
-         ), ev as ( \
-             insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
-             select id, attempt, from_status, 'CANCELLED', $3, $4 from upd \
-         ) \
-         select {INSTANCE_COLUMNS} from upd"
-    )))
-    .bind(id)
-    .bind(&from)
-    .bind(actor)
-    .bind(reason)
-    .fetch_optional(pool)
-    .await
-    .map_err(map_db_error)?;
+    let mut conn = pool.acquire().await.map_err(map_db_error)?;
+    let row = cancel_where(&mut conn, CancelScope::One(id), actor, reason)
+        .await?
+        .pop();
+    drop(conn);
     match row {
         Some(r) => r.try_into(),
         None => Err(illegal_error(pool, id).await),
