@@ -2,6 +2,7 @@
 //! `now` in, so every rule is a plain function with unit tests beside it.
 
 pub mod access;
+pub mod claim;
 pub mod instance;
 pub mod policy;
 pub mod retry;

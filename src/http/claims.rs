@@ -17,7 +17,7 @@ use super::{AppState, RouteTable};
 use crate::domain::access::Principal;
 use crate::domain::task::valid_name;
 use crate::services::work_signal::WAKE_ALL;
-use crate::store::instances::{self as store_instances, ClaimRequest, Claimed};
+use crate::store::claim::{self as store_claim, ClaimRequest, Claimed};
 
 /// Most instances one claim may take.
 pub const MAX_INSTANCES_PER_CLAIM: i64 = 100;
@@ -77,7 +77,7 @@ async fn claim(
     loop {
         // Subscribe before looking, so a notification between the look and the wait is kept.
         let mut wake = state.work_signal.subscribe();
-        let claimed = store_instances::claim(&state.pool, &req, &actor).await?;
+        let claimed = store_claim::claim(&state.pool, &req, &actor).await?;
         if !claimed.is_empty() {
             for c in &claimed {
                 let i = &c.instance;
@@ -93,7 +93,7 @@ async fn claim(
         }
         // Sleep until the earliest of: the deadline, the next delayed window of this agent,
         // the fallback poll; or a notification for this agent; or shutdown.
-        let (next, db_now) = store_instances::next_available_at(&state.pool, &req.agent_id).await?;
+        let (next, db_now) = store_claim::next_available_at(&state.pool, &req.agent_id).await?;
         let mut until = deadline;
         if let Some(next) = next {
             let delta = (next - db_now).to_std().unwrap_or(Duration::ZERO);

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::work_signal::WorkSignal;
 use super::{Heartbeats, error_backoff, error_chain};
 use crate::outbound::{self, AllowList};
-use crate::store::{self, instances};
+use crate::store::{self, claim, instances};
 
 pub const LOOP_NAME: &str = "webhook_dispatcher";
 
@@ -91,12 +91,12 @@ impl WebhookDispatcher {
         format!("webhook:{}", self.config.node_id)
     }
 
-    async fn claim(&self, max: usize) -> store::Result<Vec<instances::Claimed>> {
-        let scope = instances::ClaimScope::Webhook {
+    async fn claim(&self, max: usize) -> store::Result<Vec<claim::Claimed>> {
+        let scope = claim::ClaimScope::Webhook {
             max_per_task: self.config.max_per_task,
         };
         let max = i64::try_from(max).unwrap_or(i64::MAX).clamp(1, 1000);
-        instances::claim_scoped(&self.pool, scope, &self.config.node_id, max, &self.actor()).await
+        claim::claim_scoped(&self.pool, scope, &self.config.node_id, max, &self.actor()).await
     }
 
     /// Claim what is due and push it, waiting for every answer (tests and one-off passes).
@@ -123,7 +123,7 @@ impl WebhookDispatcher {
     }
 
     /// Push one claimed instance and record what its receiver answered.
-    pub async fn push(&self, c: instances::Claimed) -> PushOutcome {
+    pub async fn push(&self, c: claim::Claimed) -> PushOutcome {
         let i = &c.instance;
         let (url, secret) = match c.dispatch.as_ref() {
             Some(d) => (

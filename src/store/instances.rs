@@ -285,29 +285,29 @@ pub async fn cancel_unstarted_of_task(
 }
 
 #[derive(sqlx::FromRow)]
-struct InstanceRow {
-    id: Uuid,
-    task_id: String,
-    agent_id: String,
-    window_key: String,
-    scheduled_at: DateTime<Utc>,
-    status: String,
-    source: String,
-    attempt: i32,
-    max_attempts: i32,
-    available_at: DateTime<Utc>,
-    lease_expires_at: Option<DateTime<Utc>>,
-    worker_id: Option<String>,
-    started_at: Option<DateTime<Utc>>,
-    finished_at: Option<DateTime<Utc>>,
-    result: Option<Json<Value>>,
-    error: Option<String>,
-    error_kind: Option<String>,
-    skip_reason: Option<String>,
-    upstream_instance_id: Option<Uuid>,
-    upstream_result_digest: Option<String>,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
+pub(super) struct InstanceRow {
+    pub(super) id: Uuid,
+    pub(super) task_id: String,
+    pub(super) agent_id: String,
+    pub(super) window_key: String,
+    pub(super) scheduled_at: DateTime<Utc>,
+    pub(super) status: String,
+    pub(super) source: String,
+    pub(super) attempt: i32,
+    pub(super) max_attempts: i32,
+    pub(super) available_at: DateTime<Utc>,
+    pub(super) lease_expires_at: Option<DateTime<Utc>>,
+    pub(super) worker_id: Option<String>,
+    pub(super) started_at: Option<DateTime<Utc>>,
+    pub(super) finished_at: Option<DateTime<Utc>>,
+    pub(super) result: Option<Json<Value>>,
+    pub(super) error: Option<String>,
+    pub(super) error_kind: Option<String>,
+    pub(super) skip_reason: Option<String>,
+    pub(super) upstream_instance_id: Option<Uuid>,
+    pub(super) upstream_result_digest: Option<String>,
+    pub(super) created_at: DateTime<Utc>,
+    pub(super) updated_at: DateTime<Utc>,
 }
 
 const INSTANCE_COLUMNS: &str = "id, task_id, agent_id, window_key, scheduled_at, status, source, attempt, \
@@ -412,268 +412,6 @@ pub async fn list_instances(pool: &PgPool, f: &InstanceFilter) -> Result<Vec<Ins
 
 // ---------------------------------------------------------------------------------------------
 // Claims and lease-fenced transitions.
-
-/// What an agent asks for in one claim.
-#[derive(Debug, Clone)]
-pub struct ClaimRequest {
-    pub agent_id: String,
-    pub worker_id: String,
-    pub max_instances: i64,
-    pub lease_seconds: i64,
-}
-
-/// A claimed instance: the instance, its fresh lease token and the context to run with.
-#[derive(Debug, Clone)]
-pub struct Claimed {
-    pub instance: Instance,
-    pub lease_token: Uuid,
-    pub context: Value,
-    /// The task's `dispatch` object (webhook URL and secret for pushed instances).
-    pub dispatch: Option<Value>,
-    /// The task's `timeout_seconds` when claimed.
-    pub timeout_seconds: i64,
-}
-
-#[derive(sqlx::FromRow)]
-struct ClaimedRow {
-    #[sqlx(flatten)]
-    instance: InstanceRow,
-    lease_token: Uuid,
-    context: Json<Value>,
-    dispatch: Option<Json<Value>>,
-    timeout_seconds: i64,
-}
-
-#[derive(sqlx::FromRow)]
-struct ClaimableTask {
-    id: String,
-    lim: i32,
-    timeout: i64,
-}
-
-/// Whose work a claim takes.
-#[derive(Debug, Clone, Copy)]
-pub enum ClaimScope<'a> {
-    /// An agent polling for its poll-mode tasks, with the lease it asked for.
-    Agent {
-        agent_id: &'a str,
-        lease_seconds: i64,
-    },
-    /// The webhook dispatcher, for webhook-mode tasks of any agent, at most `max_per_task`
-    /// RUNNING per task; the lease is the task's `timeout_seconds`.
-    Webhook { max_per_task: i64 },
-}
-
-/// Claim up to `max_instances` PENDING instances of `agent_id` (see [`claim_scoped`]).
-pub async fn claim(pool: &PgPool, req: &ClaimRequest, actor: &str) -> Result<Vec<Claimed>> {
-    let scope = ClaimScope::Agent {
-        agent_id: &req.agent_id,
-        lease_seconds: req.lease_seconds,
-    };
-    claim_scoped(pool, scope, &req.worker_id, req.max_instances, actor).await
-}
-
-/// Claim up to `max_instances` PENDING instances in `scope` whose `available_at` has come, of
-/// unpaused tasks, never exceeding a task's `concurrency_limit` RUNNING, oldest availability
-/// then window first. Each claimed instance gets a fresh lease token.
-///
-/// The candidate tasks are locked (`FOR UPDATE SKIP LOCKED`) for the length of the claim, which
-/// serialises claimers of one task: two of them cannot both see room under the limit.
-pub async fn claim_scoped(
-    pool: &PgPool,
-    scope: ClaimScope<'_>,
-    worker_id: &str,
-    max_instances: i64,
-    actor: &str,
-) -> Result<Vec<Claimed>> {
-    let mut tx = pool.begin().await.map_err(map_db_error)?;
-    // How many of the oldest pending rows to consider: enough to fill the claim when a few
-    // tasks are at their limit, few enough that one claimer does not lock every task.
-    let scan = (max_instances * 2).clamp(16, 1000);
-    let (agent, lease, cap, mode) = match scope {
-        ClaimScope::Agent {
-            agent_id,
-            lease_seconds,
-        } => (
-            Some(agent_id),
-            Some(lease_seconds),
-            i64::from(i32::MAX),
-            "poll",
-        ),
-        ClaimScope::Webhook { max_per_task } => (None, None, max_per_task, "webhook"),
-    };
-    // Step 1: the candidate tasks, locked so that claimers of one task take turns. Agents find
-    // them through their oldest pending work; the dispatcher through the webhook tasks.
-    let candidates_sql = match scope {
-        ClaimScope::Agent { .. } => {
-            "select t.id, \
-                 least(coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1), $4)::int as lim, \
-                 coalesce((t.spec->'execution'->>'timeout_seconds')::bigint, 600) as timeout \
-             from tasks t \
-             where not t.paused and t.dispatch_mode = $3 and t.id in ( \
-                 select i.task_id from task_instance i \
-                 where i.status = 'PENDING' and i.agent_id = $1 and i.available_at <= now() \
-                   and exists (select 1 from tasks p \
-                               where p.id = i.task_id and not p.paused and p.dispatch_mode = $3) \
-                 order by i.available_at, i.scheduled_at limit $2) \
-             order by t.id \
-             for update of t skip locked"
-        }
-        ClaimScope::Webhook { .. } => {
-            "select t.id, \
-                 least(coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1), $4)::int as lim, \
-                 coalesce((t.spec->'execution'->>'timeout_seconds')::bigint, 600) as timeout \
-             from tasks t \
-             where not t.paused and t.dispatch_mode = $3 and ($1::text is null or t.agent_id = $1) \
-               and exists (select 1 from task_instance i \
-                           where i.task_id = t.id and i.status = 'PENDING' \
-                             and i.available_at <= now()) \
-             order by t.id limit $2 \
-             for update of t skip locked"
-        }
-    };
-    let tasks: Vec<ClaimableTask> = sqlx::query_as(candidates_sql)
-        .bind(agent)
-        .bind(scan)
-        .bind(mode)
-        .bind(cap)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(map_db_error)?;
-    if tasks.is_empty() {
-        tx.commit().await.map_err(map_db_error)?;
-        return Ok(Vec::new());
-    }
-    let ids: Vec<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
-    let lims: Vec<i32> = tasks.iter().map(|t| t.lim).collect();
-    let timeouts: Vec<i64> = tasks.iter().map(|t| t.timeout).collect();
-    // Step 2: the instances, within each task's room under its concurrency limit, in
-    // availability then window order. Agents read their oldest pending rows through the claim
-    // index and rank them per task; the dispatcher walks each webhook task's pending rows.
-    let chosen = match scope {
-        ClaimScope::Agent { .. } => {
-            "cand as ( \
-                 select i.id, i.task_id, i.available_at, i.scheduled_at from task_instance i \
-                 where i.status = 'PENDING' and i.agent_id = $1 and i.available_at <= now() \
-                   and i.task_id = any($2) \
-                 order by i.available_at, i.scheduled_at, i.id limit $9 \
-             ), ranked as ( \
-                 select c.*, row_number() over ( \
-                     partition by c.task_id order by c.available_at, c.scheduled_at, c.id) as rn \
-                 from cand c \
-             ), chosen as ( \
-                 select k.id, l.timeout, k.available_at, k.scheduled_at from ranked k \
-                 join l on l.task_id = k.task_id \
-                 left join running r on r.task_id = k.task_id \
-                 where k.rn <= l.lim - coalesce(r.n, 0) \
-                 order by k.available_at, k.scheduled_at, k.id \
-                 limit $5 \
-             )"
-        }
-        ClaimScope::Webhook { .. } => {
-            "chosen as ( \
-                 select c.id, l.timeout, c.available_at, c.scheduled_at from l \
-                 left join running r on r.task_id = l.task_id \
-                 cross join lateral ( \
-                     select i.id, i.available_at, i.scheduled_at from task_instance i \
-                     where i.task_id = l.task_id and i.status = 'PENDING' \
-                       and ($1::text is null or i.agent_id = $1) and i.available_at <= now() \
-                     order by i.available_at, i.scheduled_at, i.id \
-                     limit greatest(least(l.lim - coalesce(r.n, 0), $5), 0) \
-                 ) c \
-                 order by c.available_at, c.scheduled_at, c.id \
-                 limit least($5, $9) \
-             )"
-        }
-    };
-    let rows: Vec<ClaimedRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "with l as ( \
-             select * from unnest($2::text[], $3::int[], $4::bigint[]) as l(task_id, lim, timeout) \
-         ), running as ( \
-             select task_id, count(*)::int as n from task_instance \
-             where status = 'RUNNING' and task_id = any($2) group by task_id \
-         ), {chosen}         , upd as ( \
-             update task_instance i set status = 'RUNNING', lease_token = gen_random_uuid(), \
-                 lease_expires_at = now() + make_interval(secs => coalesce($6, chosen.timeout)), \
-                 deadline_at = now() + make_interval(secs => chosen.timeout), \
-                 worker_id = $7, started_at = now(), updated_at = now() \
-             from chosen where i.id = chosen.id and i.status = 'PENDING' \
-             returning i.* \
-         ), ev as ( \
-             insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
-             select id, attempt, 'PENDING', 'RUNNING', $8, 'claimed by worker ' || worker_id from upd \
-         ) \
-         select upd.id, upd.task_id, upd.agent_id, upd.window_key, upd.scheduled_at, upd.status, \
-             upd.source, upd.attempt, upd.max_attempts, upd.available_at, upd.lease_expires_at, \
-             upd.worker_id, upd.started_at, upd.finished_at, upd.result, upd.error, \
-             upd.error_kind, upd.skip_reason, upd.upstream_instance_id, \
-             upd.upstream_result_digest, upd.created_at, upd.updated_at, upd.lease_token, \
-             coalesce(t.spec->'context', '{{}}'::jsonb) || coalesce(upd.context_override, '{{}}'::jsonb) \
-                 as context, \
-             t.spec->'dispatch' as dispatch, \
-             coalesce((t.spec->'execution'->>'timeout_seconds')::bigint, 600) as timeout_seconds \
-         from upd join tasks t on t.id = upd.task_id \
-         order by upd.available_at, upd.scheduled_at, upd.id",
-    )))
-    .bind(agent)
-    .bind(&ids)
-    .bind(&lims)
-    .bind(&timeouts)
-    .bind(max_instances)
-    .bind(lease.map(|l| l as f64))
-    .bind(worker_id)
-    .bind(actor)
-    .bind(scan)
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(map_db_error)?;
-    tx.commit().await.map_err(map_db_error)?;
-    for r in &rows {
-        let i = &r.instance;
-        if i.attempt == 1
-            && let Some(started) = i.started_at
-        {
-            let lag = (started - i.scheduled_at).num_microseconds().unwrap_or(0);
-            metrics::histogram!("kairos_schedule_lag_seconds").record(lag.max(0) as f64 / 1e6);
-        }
-    }
-    rows.into_iter()
-        .map(|r| {
-            Ok(Claimed {
-                instance: r.instance.try_into()?,
-                lease_token: r.lease_token,
-                context: r.context.0,
-                dispatch: r.dispatch.map(|d| d.0),
-                timeout_seconds: r.timeout_seconds,
-            })
-        })
-        .collect()
-}
-
-impl Claimed {
-    /// The instance as its lease holder receives it: the instance plus lease token and context.
-    pub fn to_json(&self) -> Value {
-        let mut v = serde_json::to_value(&self.instance).unwrap_or(Value::Null);
-        v["lease_token"] = serde_json::json!(self.lease_token);
-        v["context"] = self.context.clone();
-        v
-    }
-}
-
-/// When the earliest PENDING instance of `agent_id` becomes claimable, and the database's now.
-pub async fn next_available_at(
-    pool: &PgPool,
-    agent_id: &str,
-) -> Result<(Option<DateTime<Utc>>, DateTime<Utc>)> {
-    sqlx::query_as(
-        "select (select min(available_at) from task_instance \
-                 where status = 'PENDING' and agent_id = $1), now()",
-    )
-    .bind(agent_id)
-    .fetch_one(pool)
-    .await
-    .map_err(map_db_error)
-}
 
 /// Explain a compare-and-swap on (id, RUNNING, token) that matched nothing: 404 when the
 /// instance does not exist, otherwise a fence rejection describing where it stands.

@@ -2,6 +2,7 @@
 //! return domain types. Functions that must compose into one transaction take a
 //! `&mut PgConnection`; the rest take the pool.
 
+pub mod claim;
 pub mod events;
 pub mod instances;
 pub mod outbox;

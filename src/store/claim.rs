@@ -1,0 +1,405 @@
+//! Claims: PENDING → RUNNING under a fresh lease, fairly across tasks, never past a task's
+//! `concurrency_limit`.
+//!
+//! One claim is one transaction of three steps:
+//! 1. **Pick.** Read candidate rows with `FOR UPDATE SKIP LOCKED`, so concurrent claimers take
+//!    different rows instead of queueing on the same ones, together with each candidate task's
+//!    room under its limit. Agents read the head of their claim index (availability order);
+//!    when the head cannot settle a fair pick (a backlogged or full task fills it), they read
+//!    every eligible task's oldest rows instead. The webhook dispatcher always reads per task.
+//!    The choice itself is [`crate::domain::claim::fair_pick`].
+//! 2. **Serialise per task.** Take a transaction-scoped advisory lock for each chosen task, in
+//!    key order (no deadlocks). Only claimers of the *same* task wait for each other, and only
+//!    for the length of a claim; task rows are never locked, so the trigger loop and task
+//!    updates never wait for claims.
+//! 3. **Claim under the locks.** A new statement (so a fresh snapshot, which sees every claim
+//!    committed by earlier lock holders) counts each task's RUNNING instances again and moves at
+//!    most the remaining room to RUNNING.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use super::instances::InstanceRow;
+use super::{Result, map_db_error};
+use crate::domain::claim::{Candidate, Pick, fair_pick};
+use crate::domain::instance::Instance;
+
+/// What an agent asks for in one claim.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    pub agent_id: String,
+    pub worker_id: String,
+    pub max_instances: i64,
+    pub lease_seconds: i64,
+}
+
+/// A claimed instance: the instance, its fresh lease token and the context to run with.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub instance: Instance,
+    pub lease_token: Uuid,
+    pub context: Value,
+    /// The task's `dispatch` object (webhook URL and secret for pushed instances).
+    pub dispatch: Option<Value>,
+    /// The task's `timeout_seconds` when claimed.
+    pub timeout_seconds: i64,
+}
+
+impl Claimed {
+    /// The instance as its lease holder receives it: the instance plus lease token and context.
+    pub fn to_json(&self) -> Value {
+        let mut v = serde_json::to_value(&self.instance).unwrap_or(Value::Null);
+        v["lease_token"] = serde_json::json!(self.lease_token);
+        v["context"] = self.context.clone();
+        v
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct ClaimedRow {
+    #[sqlx(flatten)]
+    instance: InstanceRow,
+    lease_token: Uuid,
+    context: Json<Value>,
+    dispatch: Option<Json<Value>>,
+    timeout_seconds: i64,
+}
+
+/// Whose work a claim takes.
+#[derive(Debug, Clone, Copy)]
+pub enum ClaimScope<'a> {
+    /// An agent polling for its poll-mode tasks, with the lease it asked for.
+    Agent {
+        agent_id: &'a str,
+        lease_seconds: i64,
+    },
+    /// The webhook dispatcher, for webhook-mode tasks of any agent, at most `max_per_task`
+    /// RUNNING per task; the lease is the task's `timeout_seconds`.
+    Webhook { max_per_task: i64 },
+}
+
+impl ClaimScope<'_> {
+    fn agent(&self) -> Option<&str> {
+        match self {
+            ClaimScope::Agent { agent_id, .. } => Some(agent_id),
+            ClaimScope::Webhook { .. } => None,
+        }
+    }
+
+    fn mode(&self) -> &'static str {
+        match self {
+            ClaimScope::Agent { .. } => "poll",
+            ClaimScope::Webhook { .. } => "webhook",
+        }
+    }
+
+    /// The cap on a task's RUNNING instances on top of its `concurrency_limit`.
+    fn cap(&self) -> i32 {
+        match self {
+            ClaimScope::Agent { .. } => i32::MAX,
+            ClaimScope::Webhook { max_per_task } => {
+                i32::try_from(*max_per_task).unwrap_or(i32::MAX)
+            }
+        }
+    }
+}
+
+/// A task's `concurrency_limit` (default 1) and `timeout_seconds` (default 600), read from its
+/// spec; `t` is the tasks alias.
+const TASK_LIMIT_SQL: &str = "coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1)";
+const TASK_TIMEOUT_SQL: &str = "coalesce((t.spec->'execution'->>'timeout_seconds')::bigint, 600)";
+
+/// Claim up to `max_instances` PENDING instances of `agent_id` (see [`claim_scoped`]).
+pub async fn claim(pool: &PgPool, req: &ClaimRequest, actor: &str) -> Result<Vec<Claimed>> {
+    let scope = ClaimScope::Agent {
+        agent_id: &req.agent_id,
+        lease_seconds: req.lease_seconds,
+    };
+    claim_scoped(pool, scope, &req.worker_id, req.max_instances, actor).await
+}
+
+/// Claim up to `max_instances` PENDING instances in `scope` whose `available_at` has come, of
+/// unpaused tasks, never exceeding a task's `concurrency_limit` RUNNING, fairly across tasks
+/// (module doc). Each claimed instance gets a fresh lease token.
+pub async fn claim_scoped(
+    pool: &PgPool,
+    scope: ClaimScope<'_>,
+    worker_id: &str,
+    max_instances: i64,
+    actor: &str,
+) -> Result<Vec<Claimed>> {
+    let max = usize::try_from(max_instances.max(1)).unwrap_or(1);
+    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let chosen = pick(&mut tx, scope, max).await?;
+    if chosen.is_empty() {
+        tx.commit().await.map_err(map_db_error)?;
+        return Ok(Vec::new());
+    }
+    let mut tasks: Vec<&str> = chosen.iter().map(|c| c.task_id.as_str()).collect();
+    tasks.sort_unstable();
+    tasks.dedup();
+    lock_tasks(&mut tx, &tasks).await?;
+    let rows = take(&mut tx, scope, &chosen, worker_id, actor).await?;
+    tx.commit().await.map_err(map_db_error)?;
+    for r in &rows {
+        let i = &r.instance;
+        if i.attempt == 1
+            && let Some(started) = i.started_at
+        {
+            let lag = (started - i.scheduled_at).num_microseconds().unwrap_or(0);
+            metrics::histogram!("kairos_schedule_lag_seconds").record(lag.max(0) as f64 / 1e6);
+        }
+    }
+    rows.into_iter()
+        .map(|r| {
+            Ok(Claimed {
+                instance: r.instance.try_into()?,
+                lease_token: r.lease_token,
+                context: r.context.0,
+                dispatch: r.dispatch.map(|d| d.0),
+                timeout_seconds: r.timeout_seconds,
+            })
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+struct CandidateRow {
+    id: Uuid,
+    task_id: String,
+    /// `concurrency_limit` (capped by the scope) minus RUNNING; null when the task cannot be
+    /// claimed from at all (paused, other dispatch mode, deleted).
+    room: Option<i64>,
+}
+
+impl CandidateRow {
+    fn candidate(&self) -> Candidate<Uuid> {
+        Candidate {
+            id: self.id,
+            task_id: self.task_id.clone(),
+            room: self.room.unwrap_or(0),
+        }
+    }
+}
+
+/// Step 1: lock candidates and choose fairly among them. Returns the chosen rows in claim order.
+async fn pick(conn: &mut PgConnection, scope: ClaimScope<'_>, max: usize) -> Result<Vec<Chosen>> {
+    if let ClaimScope::Agent { agent_id, .. } = scope {
+        // The head: enough rows that a few full tasks do not starve the pick, few enough that a
+        // claimer locks little it will not take.
+        let scan = (max * 2).max(16);
+        let head = read_head(conn, agent_id, scan).await?;
+        let cands: Vec<Candidate<Uuid>> = head.iter().map(CandidateRow::candidate).collect();
+        let p = fair_pick(&cands, max);
+        if p.settled_by_head(max, head.len() >= scan) {
+            return Ok(chosen_of(&head, &p));
+        }
+    }
+    // Per task: first a fair share of each task's oldest rows; if some task may have had more
+    // to give and the claim is not full, once more with the whole claim as the share.
+    let mut share = None;
+    loop {
+        let rows = read_per_task(conn, scope, max, share).await?;
+        let cands: Vec<Candidate<Uuid>> = rows.iter().map(CandidateRow::candidate).collect();
+        let p = fair_pick(&cands, max);
+        if share.is_some() || p.chosen.len() >= max || p.tasks_at_cap.is_empty() {
+            return Ok(chosen_of(&rows, &p));
+        }
+        share = Some(max);
+    }
+}
+
+/// A row chosen by the pick, with its task.
+struct Chosen {
+    id: Uuid,
+    task_id: String,
+}
+
+fn chosen_of(rows: &[CandidateRow], p: &Pick<Uuid>) -> Vec<Chosen> {
+    p.chosen
+        .iter()
+        .filter_map(|id| rows.iter().find(|r| r.id == *id))
+        .map(|r| Chosen {
+            id: r.id,
+            task_id: r.task_id.clone(),
+        })
+        .collect()
+}
+
+/// The agent's oldest available PENDING rows (locked, skipping rows other claimers hold), each
+/// with its task's room.
+async fn read_head(
+    conn: &mut PgConnection,
+    agent_id: &str,
+    scan: usize,
+) -> Result<Vec<CandidateRow>> {
+    let sql = format!(
+        "with head as ( \
+             select i.id, i.task_id, i.available_at, i.scheduled_at from task_instance i \
+             where i.status = 'PENDING' and i.agent_id = $1 and i.available_at <= now() \
+             order by i.available_at, i.scheduled_at, i.id \
+             limit $2 \
+             for update skip locked \
+         ), room as ( \
+             select t.id, {TASK_LIMIT_SQL} - (select count(*) from task_instance r \
+                 where r.task_id = t.id and r.status = 'RUNNING') as room \
+             from tasks t \
+             where t.id in (select task_id from head) and not t.paused and t.dispatch_mode = 'poll' \
+         ) \
+         select h.id, h.task_id, room.room from head h left join room on room.id = h.task_id \
+         order by h.available_at, h.scheduled_at, h.id"
+    );
+    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(agent_id)
+        .bind(i64::try_from(scan).unwrap_or(i64::MAX))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_db_error)
+}
+
+/// Every eligible task's oldest available PENDING rows (locked, skipping rows other claimers
+/// hold): at most its room, and at most `share` rows (by default the claim divided evenly
+/// over the tasks that have work, plus one).
+async fn read_per_task(
+    conn: &mut PgConnection,
+    scope: ClaimScope<'_>,
+    max: usize,
+    share: Option<usize>,
+) -> Result<Vec<CandidateRow>> {
+    let tasks_filter = match scope {
+        ClaimScope::Agent { .. } => "t.agent_id = $1 and t.dispatch_mode = 'poll'",
+        ClaimScope::Webhook { .. } => "t.dispatch_mode = 'webhook'",
+    };
+    let sql = format!(
+        "with busy as ( \
+             select t.id, least({TASK_LIMIT_SQL}, $2) as lim from tasks t \
+             where {tasks_filter} and not t.paused \
+               and exists (select 1 from task_instance p where p.task_id = t.id \
+                   and p.status = 'PENDING' and p.available_at <= now() \
+                   and ($1::text is null or p.agent_id = $1)) \
+         ), room as ( \
+             select b.id, b.lim - (select count(*) from task_instance r \
+                 where r.task_id = b.id and r.status = 'RUNNING') as room \
+             from busy b \
+         ), fair as ( \
+             select coalesce($4::bigint, $3::bigint / greatest(count(*), 1) + 1) as share \
+             from room where room > 0 \
+         ) \
+         select c.id, c.task_id, room.room from room cross join fair \
+         cross join lateral ( \
+             select i.id, i.task_id, i.available_at, i.scheduled_at from task_instance i \
+             where i.task_id = room.id and i.status = 'PENDING' and i.available_at <= now() \
+               and ($1::text is null or i.agent_id = $1) \
+             order by i.available_at, i.scheduled_at, i.id \
+             limit least(room.room, fair.share, $3) \
+             for update skip locked \
+         ) c \
+         where room.room > 0 \
+         order by c.available_at, c.scheduled_at, c.id"
+    );
+    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(scope.agent())
+        .bind(scope.cap())
+        .bind(i64::try_from(max).unwrap_or(i64::MAX))
+        .bind(share.map(|s| i64::try_from(s).unwrap_or(i64::MAX)))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_db_error)
+}
+
+/// Step 2: serialise with other claimers of the same tasks until this transaction ends.
+async fn lock_tasks(conn: &mut PgConnection, task_ids: &[&str]) -> Result<()> {
+    sqlx::query(
+        "select pg_advisory_xact_lock(hashtext('kairos.claim'), k) \
+         from (select distinct hashtext(t) as k from unnest($1::text[]) as t order by 1) s",
+    )
+    .bind(task_ids)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    Ok(())
+}
+
+/// Step 3: under the task locks, recount RUNNING and claim the chosen rows within each task's
+/// remaining room (oldest first), with their events.
+async fn take(
+    conn: &mut PgConnection,
+    scope: ClaimScope<'_>,
+    chosen: &[Chosen],
+    worker_id: &str,
+    actor: &str,
+) -> Result<Vec<ClaimedRow>> {
+    let ids: Vec<Uuid> = chosen.iter().map(|c| c.id).collect();
+    let lease = match scope {
+        ClaimScope::Agent { lease_seconds, .. } => Some(lease_seconds as f64),
+        ClaimScope::Webhook { .. } => None,
+    };
+    let sql = format!(
+        "with mine as ( \
+             select i.id, i.task_id, i.available_at, i.scheduled_at from task_instance i \
+             where i.id = any($1) and i.status = 'PENDING' \
+         ), t as ( \
+             select t.id, least({TASK_LIMIT_SQL}, $2) as lim, {TASK_TIMEOUT_SQL} as timeout, \
+                 coalesce(t.spec->'context', '{{}}'::jsonb) as context, \
+                 t.spec->'dispatch' as dispatch \
+             from tasks t \
+             where t.id in (select task_id from mine) and not t.paused and t.dispatch_mode = $3 \
+         ), running as ( \
+             select task_id, count(*) as n from task_instance \
+             where status = 'RUNNING' and task_id in (select id from t) group by task_id \
+         ), ranked as ( \
+             select m.id, t.timeout, t.lim - coalesce(r.n, 0) as room, row_number() over ( \
+                 partition by m.task_id order by m.available_at, m.scheduled_at, m.id) as rn \
+             from mine m join t on t.id = m.task_id left join running r on r.task_id = m.task_id \
+         ), chosen as ( \
+             select id, timeout from ranked where rn <= room \
+         ), upd as ( \
+             update task_instance i set status = 'RUNNING', lease_token = gen_random_uuid(), \
+                 lease_expires_at = now() + make_interval(secs => coalesce($4, chosen.timeout)), \
+                 deadline_at = now() + make_interval(secs => chosen.timeout), \
+                 worker_id = $5, started_at = now(), updated_at = now() \
+             from chosen where i.id = chosen.id and i.status = 'PENDING' \
+             returning i.* \
+         ), ev as ( \
+             insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
+             select id, attempt, 'PENDING', 'RUNNING', $6, 'claimed by worker ' || worker_id from upd \
+         ) \
+         select upd.id, upd.task_id, upd.agent_id, upd.window_key, upd.scheduled_at, upd.status, \
+             upd.source, upd.attempt, upd.max_attempts, upd.available_at, upd.lease_expires_at, \
+             upd.worker_id, upd.started_at, upd.finished_at, upd.result, upd.error, \
+             upd.error_kind, upd.skip_reason, upd.upstream_instance_id, \
+             upd.upstream_result_digest, upd.created_at, upd.updated_at, upd.lease_token, \
+             t.context || coalesce(upd.context_override, '{{}}'::jsonb) as context, \
+             t.dispatch, t.timeout as timeout_seconds \
+         from upd join t on t.id = upd.task_id \
+         order by upd.available_at, upd.scheduled_at, upd.id"
+    );
+    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(&ids)
+        .bind(scope.cap())
+        .bind(scope.mode())
+        .bind(lease)
+        .bind(worker_id)
+        .bind(actor)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_db_error)
+}
+
+/// When the earliest PENDING instance of `agent_id` becomes claimable, and the database's now.
+pub async fn next_available_at(
+    pool: &PgPool,
+    agent_id: &str,
+) -> Result<(Option<DateTime<Utc>>, DateTime<Utc>)> {
+    sqlx::query_as(
+        "select (select min(available_at) from task_instance \
+                 where status = 'PENDING' and agent_id = $1), now()",
+    )
+    .bind(agent_id)
+    .fetch_one(pool)
+    .await
+    .map_err(map_db_error)
+}

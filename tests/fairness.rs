@@ -1,0 +1,284 @@
+//! Fair claims (CONTRACT §8): a task at its limit, paused, or holding a backlog never hides
+//! another task's claimable work, for agents and for the webhook dispatcher.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+
+use common::{TestApp, json};
+use kairos::store::claim::{ClaimScope, claim_scoped};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+async fn put_task(app: &TestApp, id: &str, body: Value) {
+    let (status, resp) = json(app.put(&format!("/v1/tasks/{id}"), body).await).await;
+    assert!(status == 201 || status == 200, "{resp}");
+}
+
+fn manual(agent: &str, execution: Value) -> Value {
+    json!({"agent_id": agent, "trigger": {"type": "manual"}, "execution": execution})
+}
+
+/// Insert `n` PENDING instances of `task`, `age_s` seconds old and older, oldest first.
+async fn backlog(pool: &PgPool, task: &str, agent: &str, n: i32, age_s: i32) {
+    sqlx::query(
+        "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
+             agent_id, max_attempts, available_at) \
+         select gen_random_uuid(), $1, 'b' || lpad(g::text, 6, '0'), \
+             now() - make_interval(secs => $4) + g * interval '1 millisecond', 'PENDING', \
+             'manual', $2, 1, now() - make_interval(secs => $4) + g * interval '1 millisecond' \
+         from generate_series(1, $3) g",
+    )
+    .bind(task)
+    .bind(agent)
+    .bind(n)
+    .bind(f64::from(age_s))
+    .execute(pool)
+    .await
+    .expect("insert backlog");
+}
+
+async fn claim(app: &TestApp, agent: &str, worker: &str, max: i64) -> Vec<Value> {
+    let (status, resp) = json(
+        app.post(
+            "/v1/claims",
+            json!({"agent_id": agent, "worker_id": worker, "max_instances": max}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{resp}");
+    resp["instances"].as_array().cloned().unwrap_or_default()
+}
+
+fn task_of(i: &Value) -> String {
+    i["task_id"].as_str().unwrap_or_default().to_owned()
+}
+
+#[sqlx::test]
+async fn a_task_at_its_concurrency_limit_does_not_hide_the_agents_other_tasks(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    put_task(
+        &app,
+        "q",
+        manual("fa", json!({"concurrency_limit": 1, "overlap": "queue"})),
+    )
+    .await;
+    for k in 0..20 {
+        let (status, body) = json(
+            app.post(
+                "/v1/tasks/q/trigger",
+                json!({"window_key": format!("q{k:02}")}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    put_task(&app, "o", manual("fa", json!({}))).await;
+    let (status, body) = json(app.post("/v1/tasks/o/trigger", json!({})).await).await;
+    assert_eq!(status, 201, "{body}");
+
+    let first = claim(&app, "fa", "w1", 1).await;
+    assert_eq!(first.len(), 1);
+    assert_eq!(task_of(&first[0]), "q");
+    assert_eq!(first[0]["window_key"], "q00", "oldest window of q first");
+
+    let second = claim(&app, "fa", "w2", 5).await;
+    let tasks: Vec<String> = second.iter().map(task_of).collect();
+    assert_eq!(
+        tasks,
+        vec!["o".to_owned()],
+        "q is at its limit; o must be claimable"
+    );
+
+    // Nothing else is claimable: q is still at its limit.
+    assert!(claim(&app, "fa", "w3", 5).await.is_empty());
+}
+
+#[sqlx::test]
+async fn a_paused_task_with_a_backlog_does_not_hide_other_work(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    put_task(&app, "p", manual("fp", json!({"concurrency_limit": 100}))).await;
+    backlog(&pool, "p", "fp", 500, 3600).await;
+    let (status, body) = json(
+        app.post("/v1/tasks/p/pause", json!({"reason": "hold"}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    put_task(&app, "o", manual("fp", json!({}))).await;
+    backlog(&pool, "o", "fp", 1, 1).await;
+
+    let got = claim(&app, "fp", "w", 10).await;
+    let tasks: Vec<String> = got.iter().map(task_of).collect();
+    assert_eq!(tasks, vec!["o".to_owned()]);
+}
+
+#[sqlx::test]
+async fn fifty_tasks_where_one_holds_a_10k_backlog_each_get_a_slot_in_the_first_claim(
+    pool: PgPool,
+) {
+    let app = TestApp::spawn(pool.clone()).await;
+    put_task(
+        &app,
+        "big",
+        manual("fb", json!({"concurrency_limit": 1000})),
+    )
+    .await;
+    backlog(&pool, "big", "fb", 10_000, 7200).await;
+    for k in 0..49 {
+        let id = format!("small{k:02}");
+        put_task(&app, &id, manual("fb", json!({}))).await;
+        // Newer than every row of the backlog.
+        backlog(&pool, &id, "fb", 1, 60).await;
+    }
+
+    let got = claim(&app, "fb", "w1", 100).await;
+    assert_eq!(got.len(), 100);
+    let mut per_task: HashMap<String, usize> = HashMap::new();
+    for i in &got {
+        *per_task.entry(task_of(i)).or_default() += 1;
+    }
+    assert_eq!(per_task.len(), 50, "every task got a slot: {per_task:?}");
+    assert_eq!(
+        per_task["big"], 51,
+        "the backlog takes the rest: {per_task:?}"
+    );
+    // Within the backlog, the oldest windows went first.
+    let mut big: Vec<String> = got
+        .iter()
+        .filter(|i| task_of(i) == "big")
+        .map(|i| i["window_key"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    big.sort();
+    let expected: Vec<String> = (1..=51).map(|g| format!("b{g:06}")).collect();
+    assert_eq!(big, expected);
+
+    // New small work arriving behind the backlog is served by the very next claim.
+    sqlx::query(
+        "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
+             agent_id, max_attempts, available_at) \
+         values (gen_random_uuid(), 'small00', 'late', now(), 'PENDING', 'manual', 'fb', 1, now())",
+    )
+    .execute(&pool)
+    .await
+    .expect("insert late window");
+    // small00 is at its limit (1 RUNNING): its late window must wait, the backlog goes on.
+    let next = claim(&app, "fb", "w2", 10).await;
+    assert!(next.iter().all(|i| task_of(i) == "big"), "{next:?}");
+}
+
+#[sqlx::test]
+async fn concurrent_claimers_drain_a_backlog_and_fifty_tasks_exactly_once(pool: PgPool) {
+    let app = std::sync::Arc::new(TestApp::spawn(pool.clone()).await);
+    put_task(
+        &app,
+        "big",
+        manual("fc", json!({"concurrency_limit": 1000})),
+    )
+    .await;
+    backlog(&pool, "big", "fc", 2_000, 7200).await;
+    for k in 0..50 {
+        let id = format!("t{k:02}");
+        put_task(&app, &id, manual("fc", json!({"concurrency_limit": 5}))).await;
+        backlog(&pool, &id, "fc", 10, 60).await;
+    }
+    let total = 2_000 + 50 * 10;
+    let mut workers = Vec::new();
+    for w in 0..6 {
+        let app = app.clone();
+        workers.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            let mut empty = 0;
+            while empty < 3 {
+                let got = claim(&app, "fc", &format!("w{w}"), 50).await;
+                if got.is_empty() {
+                    empty += 1;
+                    continue;
+                }
+                empty = 0;
+                let completions: Vec<Value> = got
+                    .iter()
+                    .map(|i| json!({"id": i["id"], "lease_token": i["lease_token"]}))
+                    .collect();
+                let (status, body) = json(
+                    app.post("/v1/completions", json!({"completions": completions}))
+                        .await,
+                )
+                .await;
+                assert_eq!(status, 200, "{body}");
+                seen.extend(
+                    got.iter()
+                        .map(|i| i["id"].as_str().unwrap_or_default().to_owned()),
+                );
+            }
+            seen
+        }));
+    }
+    let mut all = Vec::new();
+    for w in workers {
+        all.extend(w.await.expect("worker"));
+    }
+    let distinct: HashSet<&String> = all.iter().collect();
+    assert_eq!(all.len(), distinct.len(), "an instance was claimed twice");
+    let done: i64 = sqlx::query_scalar(
+        "select count(*) from task_instance where agent_id = 'fc' and status = 'SUCCESS'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("count");
+    assert_eq!(done, total as i64);
+    assert_eq!(all.len(), total);
+}
+
+#[sqlx::test]
+async fn the_webhook_dispatcher_claims_fairly_across_tasks(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let hook = |agent: &str| {
+        json!({
+            "agent_id": agent,
+            "trigger": {"type": "manual"},
+            "dispatch": {"mode": "webhook", "url": "http://127.0.0.1:9/hook", "secret": "s3cret-s3cret-s3cret"},
+            "execution": {"concurrency_limit": 1000},
+        })
+    };
+    put_task(&app, "hbig", hook("ha")).await;
+    backlog(&pool, "hbig", "ha", 3_000, 7200).await;
+    for k in 0..10 {
+        let id = format!("hsmall{k}");
+        put_task(&app, &id, hook("hb")).await;
+        backlog(&pool, &id, "hb", 2, 60).await;
+    }
+    // A poll task's work is not the dispatcher's.
+    put_task(&app, "polled", manual("ha", json!({}))).await;
+    backlog(&pool, "polled", "ha", 5, 9000).await;
+
+    let got = claim_scoped(
+        &pool,
+        ClaimScope::Webhook { max_per_task: 8 },
+        "node",
+        30,
+        "webhook:node",
+    )
+    .await
+    .expect("claim");
+    let mut per_task: HashMap<String, usize> = HashMap::new();
+    for c in &got {
+        *per_task.entry(c.instance.task_id.clone()).or_default() += 1;
+    }
+    assert_eq!(got.len(), 28, "{per_task:?}");
+    assert_eq!(
+        per_task.get("hbig"),
+        Some(&8),
+        "capped at max_per_task: {per_task:?}"
+    );
+    for k in 0..10 {
+        assert_eq!(
+            per_task.get(&format!("hsmall{k}")),
+            Some(&2),
+            "{per_task:?}"
+        );
+    }
+    assert!(!per_task.contains_key("polled"));
+}
