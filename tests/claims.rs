@@ -128,7 +128,7 @@ async fn eight_concurrent_claimers_take_each_of_1000_instances_exactly_once(pool
     assert_eq!(unique.len(), 1000, "no instance claimed twice");
     let (success, claims): (i64, i64) = sqlx::query_as(
         "select (select count(*) from task_instance where task_id = 'bulk' and status = 'SUCCESS'), \
-                (select count(*) from instance_events where to_status = 'RUNNING')",
+                (select count(*) from instance_history where to_status = 'RUNNING')",
     )
     .fetch_one(&pool)
     .await
@@ -631,14 +631,14 @@ async fn two_replicas_scanning_at_once_never_apply_a_transition_twice(pool: PgPo
     // Every reaped instance became FAILED with a backoff, so 150 retries + 150 reaps happened.
     assert!(total >= 300, "{total}");
     let dupes: i64 = sqlx::query_scalar(
-        "select count(*) from (select instance_id, attempt, from_status, to_status from instance_events \
+        "select count(*) from (select instance_id, attempt, from_status, to_status from instance_history \
          group by 1, 2, 3, 4 having count(*) > 1) d",
     )
     .fetch_one(&pool)
     .await
     .expect("dupes");
     assert_eq!(dupes, 0, "no transition applied twice for one attempt");
-    let reaped: i64 = sqlx::query_scalar("select count(*) from instance_events where from_status = 'RUNNING' and to_status = 'FAILED'")
+    let reaped: i64 = sqlx::query_scalar("select count(*) from instance_history where from_status = 'RUNNING' and to_status = 'FAILED'")
         .fetch_one(&pool)
         .await
         .expect("reaped");

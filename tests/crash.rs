@@ -176,7 +176,7 @@ async fn a_replica_killed_with_sigkill_leaves_nothing_stuck(pool: PgPool) {
             .expect("count");
     assert_eq!(stuck, 0);
     let reapers: Vec<String> = sqlx::query_scalar(
-        "select distinct actor from instance_events where from_status = 'RUNNING' and to_status = 'FAILED'",
+        "select distinct actor from instance_history where from_status = 'RUNNING' and to_status = 'FAILED'",
     )
     .fetch_all(&pool)
     .await

@@ -105,7 +105,7 @@ async fn three_replicas_materialise_every_second_exactly_once(
     }
     // Which replicas did the work is visible in the events.
     let actors: Vec<String> = sqlx::query_scalar(
-        "select distinct actor from instance_events e join task_instance i on i.id = e.instance_id \
+        "select distinct actor from instance_history e join task_instance i on i.id = e.instance_id \
          where i.task_id = 'every_second'",
     )
     .fetch_all(&pool)

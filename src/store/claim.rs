@@ -324,7 +324,7 @@ async fn lock_tasks(conn: &mut PgConnection, task_ids: &[&str]) -> Result<()> {
 }
 
 /// Step 3: under the task locks, recount RUNNING and claim the chosen rows within each task's
-/// remaining room (oldest first), with their events.
+/// remaining room (oldest first). The claim event lives on the row (`claimed_by`).
 async fn take(
     conn: &mut PgConnection,
     scope: ClaimScope<'_>,
@@ -360,12 +360,9 @@ async fn take(
              update task_instance i set status = 'RUNNING', lease_token = gen_random_uuid(), \
                  lease_expires_at = now() + make_interval(secs => coalesce($4, chosen.timeout)), \
                  deadline_at = now() + make_interval(secs => chosen.timeout), \
-                 worker_id = $5, started_at = now(), updated_at = now() \
+                 worker_id = $5, started_at = now(), updated_at = now(), claimed_by = $6 \
              from chosen where i.id = chosen.id and i.status = 'PENDING' \
              returning i.* \
-         ), ev as ( \
-             insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
-             select id, attempt, 'PENDING', 'RUNNING', $6, 'claimed by worker ' || worker_id from upd \
          ) \
          select upd.id, upd.task_id, upd.agent_id, upd.window_key, upd.scheduled_at, upd.status, \
              upd.source, upd.attempt, upd.max_attempts, upd.available_at, upd.lease_expires_at, \

@@ -1,5 +1,7 @@
-//! The `instance_events` table: one row per transition. Rows are written by the statements in
-//! `instances.rs` that make the transition; this file only reads them.
+//! An instance's history: the `instance_history` view over the `instance_events` rows and the
+//! happy-path transitions recorded on the instance row itself (creation, the current claim, the
+//! success; see migration 2). Rows are written by the statements that make the transitions;
+//! this file only reads them.
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -21,8 +23,8 @@ struct EventRow {
 /// An instance's history, oldest first.
 pub async fn list_events(pool: &PgPool, instance_id: Uuid) -> Result<Vec<InstanceEvent>> {
     let rows: Vec<EventRow> = sqlx::query_as(
-        "select from_status, to_status, attempt, at, actor, reason from instance_events \
-         where instance_id = $1 order by id",
+        "select from_status, to_status, attempt, at, actor, reason from instance_history \
+         where instance_id = $1 order by phase, seq",
     )
     .bind(instance_id)
     .fetch_all(pool)

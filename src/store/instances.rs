@@ -1,6 +1,7 @@
 //! The `task_instance` table: idempotent window inserts, compare-and-swap transitions, and the
-//! operators' queries. Every transition writes its `instance_events` row in the same statement
-//! or transaction.
+//! operators' queries. Every transition records itself in the same statement or transaction:
+//! happy-path ones on the row (`created_*`, `claimed_by`, `finished_by`), the others as
+//! `instance_events` rows (see `events.rs` and migration 2).
 
 use std::collections::HashMap;
 
@@ -96,20 +97,18 @@ pub async fn insert_windows(
         "with ins as ( \
              insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
                  agent_id, attempt, max_attempts, available_at, skip_reason, finished_at, \
-                 context_override) \
+                 context_override, created_by, created_status, created_reason) \
              select id, task_id, window_key, scheduled_at, status, source, agent_id, 1, \
                  max_attempts, available_at, skip_reason, \
-                 case when status = 'SKIPPED' then now() end, context_override \
+                 case when status = 'SKIPPED' then now() end, context_override, $12, status, \
+                 coalesce(skip_reason, source) \
              from unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], \
                          $6::text[], $7::text[], $8::int[], $9::timestamptz[], $10::text[], \
                          $11::jsonb[]) \
                  as r(id, task_id, window_key, scheduled_at, status, source, agent_id, \
                       max_attempts, available_at, skip_reason, context_override) \
              on conflict (task_id, window_key) do nothing \
-             returning id, task_id, window_key, status, source, skip_reason \
-         ), ev as ( \
-             insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
-             select id, 1, null, status, $12, coalesce(skip_reason, source) from ins \
+             returning id, task_id, window_key, status \
          ) \
          select id, task_id, window_key, status from ins",
     )
@@ -196,6 +195,20 @@ fn status_names(statuses: &[InstanceStatus]) -> Vec<&'static str> {
     statuses.iter().map(|s| s.as_str()).collect()
 }
 
+/// The first half of an `ev` CTE that closes attempts in `upd`: when the closing attempt's claim
+/// lives only on the row (`old_claimed_by`, see migration 2), it becomes an explicit event
+/// first, so the history keeps it once the row moves on. The caller appends one `select` of
+/// the closing event (with `o = 1`) and `) x order by instance_id, o`, which numbers the claim
+/// before the event that ends it.
+const CLOSE_ATTEMPT_EVENTS: &str = "insert into instance_events \
+         (instance_id, attempt, from_status, to_status, actor, reason, at) \
+     select instance_id, attempt, from_status, to_status, actor, reason, at from ( \
+         select id as instance_id, attempt, 'PENDING' as from_status, 'RUNNING' as to_status, \
+             old_claimed_by as actor, 'claimed by worker ' || coalesce(worker_id, 'unknown') \
+                 as reason, started_at as at, 0 as o \
+         from upd where old_claimed_by is not null \
+         union all";
+
 /// Which instances a cancellation is for.
 enum CancelScope<'a> {
     One(Uuid),
@@ -226,16 +239,18 @@ async fn cancel_where(
     };
     let sql = format!(
         "with old as ( \
-             select id, status from task_instance where {filter} and status = any($1) for update \
+             select id, status, claimed_by from task_instance \
+             where {filter} and status = any($1) for update \
          ), upd as ( \
              update task_instance i set status = 'CANCELLED', finished_at = now(), \
                  lease_token = null, lease_expires_at = null, deadline_at = null, \
-                 error_kind = 'cancelled', error = $3, updated_at = now() \
+                 claimed_by = null, error_kind = 'cancelled', error = $3, updated_at = now() \
              from old where i.id = old.id \
-             returning i.*, old.status as from_status \
+             returning i.*, old.status as from_status, old.claimed_by as old_claimed_by \
          ), ev as ( \
-             insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
-             select id, attempt, from_status, 'CANCELLED', $2, $3 from upd \
+             {CLOSE_ATTEMPT_EVENTS} \
+             select id, attempt, from_status, 'CANCELLED', $2, $3, now(), 1 from upd \
+             ) x order by instance_id, o \
          ) \
          select {INSTANCE_COLUMNS} from upd"
     );
@@ -516,13 +531,10 @@ pub async fn complete_many(
          ), upd as ( \
              update task_instance i set status = 'SUCCESS', result = f.result, finished_at = now(), \
                  lease_token = null, lease_expires_at = null, deadline_at = null, \
-                 error = null, error_kind = null, updated_at = now() \
+                 error = null, error_kind = null, updated_at = now(), \
+                 finished_by = coalesce($4, 'agent:' || coalesce(i.worker_id, 'unknown')) \
              from f where i.id = f.id and i.status = 'RUNNING' and i.lease_token = f.token \
              returning i.* \
-         ), ev as ( \
-             insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
-             select id, attempt, 'RUNNING', 'SUCCESS', \
-                 coalesce($4, 'agent:' || coalesce(worker_id, 'unknown')), null from upd \
          ), tk as ( \
              update tasks set consecutive_failures = 0 \
              where id in (select task_id from upd) and consecutive_failures <> 0 \
@@ -628,7 +640,17 @@ async fn trigger_dependents(
     let digest = result_digest(result);
     let reason = format!("dependency: upstream instance {} succeeded", upstream.id);
     let created: Vec<(Uuid, String, String)> = sqlx::query_as(
-        "with d as (              select id, agent_id, spec from tasks where upstream_task_id = $1 and not paused          ), ins as (              insert into task_instance (id, task_id, window_key, scheduled_at, status, source,                  agent_id, max_attempts, available_at, upstream_instance_id, upstream_result_digest)              select gen_random_uuid(), d.id, $2, $3, 'PENDING', 'dependency', d.agent_id,                  coalesce((d.spec->'execution'->>'max_retries')::int, 3) + 1, now(), $4, $5              from d              on conflict (task_id, window_key) do nothing              returning id, task_id, agent_id          ), ev as (              insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason)              select id, 1, null, 'PENDING', 'dependency', $6 from ins          )          select id, task_id, agent_id from ins",
+        "with d as (              select id, agent_id, spec from tasks where upstream_task_id = $1 and not paused          ), ins as (              insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
+                 agent_id, max_attempts, available_at, upstream_instance_id, upstream_result_digest, \
+                 created_by, created_status, created_reason) \
+             select gen_random_uuid(), d.id, $2, $3, 'PENDING', 'dependency', d.agent_id, \
+                 coalesce((d.spec->'execution'->>'max_retries')::int, 3) + 1, now(), $4, $5, \
+                 'dependency', 'PENDING', $6 \
+             from d \
+             on conflict (task_id, window_key) do nothing \
+             returning id, task_id, agent_id \
+         ) \
+         select id, task_id, agent_id from ins",
     )
     .bind(&upstream.task_id)
     .bind(&upstream.window_key)
@@ -718,8 +740,8 @@ pub async fn lock_expired(conn: &mut PgConnection, limit: i64) -> Result<Vec<Run
              i.lease_token, t.spec->'execution'->'retry_backoff' as retry_backoff, \
              case when i.deadline_at < now() then 'timeout' else 'lease_expired' end as expiry \
          from task_instance i left join tasks t on t.id = i.task_id \
-         where i.status = 'RUNNING' and (i.lease_expires_at < now() or i.deadline_at < now()) \
-         order by i.lease_expires_at \
+         where i.status = 'RUNNING' and least(i.lease_expires_at, i.deadline_at) < now() \
+         order by least(i.lease_expires_at, i.deadline_at) \
          limit $1 \
          for update of i skip locked",
     )
@@ -753,6 +775,8 @@ pub async fn record_failures(
         "with f as ( \
              select * from unnest($1::uuid[], $2::uuid[], $3::text[], $4::bigint[], $5::text[], \
                                   $6::text[]) as f(id, token, to_status, delay_ms, error, kind) \
+         ), old as ( \
+             select id, claimed_by from task_instance where id = any($1) \
          ), upd as ( \
              update task_instance i set status = f.to_status, error = f.error, \
                  error_kind = f.kind, \
@@ -760,13 +784,16 @@ pub async fn record_failures(
                      then now() + f.delay_ms * interval '1 millisecond' else i.available_at end, \
                  finished_at = case when f.to_status = 'DEAD' then now() end, \
                  lease_token = null, lease_expires_at = null, deadline_at = null, \
-                 updated_at = now() \
-             from f where i.id = f.id and i.status = 'RUNNING' and i.lease_token = f.token \
-             returning i.* \
+                 claimed_by = null, updated_at = now() \
+             from f, old where i.id = f.id and old.id = i.id and i.status = 'RUNNING' \
+                 and i.lease_token = f.token \
+             returning i.*, old.claimed_by as old_claimed_by \
          ), ev as ( \
-             insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
-             select id, attempt, 'RUNNING', status, $7, error_kind || ': ' || left(error, 512) \
+             {CLOSE_ATTEMPT_EVENTS} \
+             select id, attempt, 'RUNNING', status, $7, error_kind || ': ' || left(error, 512), \
+                 now(), 1 \
              from upd \
+             ) x order by instance_id, o \
          ), tk as ( \
              update tasks t set consecutive_failures = t.consecutive_failures + c.n \
              from (select task_id, count(*)::int as n from upd group by task_id) c \
@@ -1254,19 +1281,25 @@ pub async fn backfill(
 /// Delete up to `batch` terminal instances (and, by cascade, their events) finished more than
 /// `retention_days` ago, and up to `batch` settled outbox rows of that age.
 pub async fn prune_finished(pool: &PgPool, retention_days: i64, batch: i64) -> Result<(u64, u64)> {
-    let instances = sqlx::query(
-        "delete from task_instance where id in ( \
-             select id from task_instance \
-             where finished_at < now() - make_interval(days => $1) \
-               and status in ('SUCCESS', 'DEAD', 'SKIPPED', 'CANCELLED') \
-             order by finished_at limit $2 for update skip locked)",
+    let instances: i64 = sqlx::query_scalar(
+        "with gone as ( \
+             delete from task_instance where id in ( \
+                 select id from task_instance \
+                 where scheduled_at < now() - make_interval(days => $1) \
+                   and finished_at < now() - make_interval(days => $1) \
+                   and status in ('SUCCESS', 'DEAD', 'SKIPPED', 'CANCELLED') \
+                 order by scheduled_at limit $2 for update skip locked) \
+             returning id \
+         ), ev as ( \
+             delete from instance_events where instance_id in (select id from gone) \
+         ) \
+         select count(*) from gone",
     )
     .bind(i32::try_from(retention_days).unwrap_or(i32::MAX))
     .bind(batch)
-    .execute(pool)
+    .fetch_one(pool)
     .await
-    .map_err(map_db_error)?
-    .rows_affected();
+    .map_err(map_db_error)?;
     let outbox = sqlx::query(
         "delete from outbox where id in ( \
              select id from outbox \
@@ -1279,7 +1312,7 @@ pub async fn prune_finished(pool: &PgPool, retention_days: i64, batch: i64) -> R
     .await
     .map_err(map_db_error)?
     .rows_affected();
-    Ok((instances, outbox))
+    Ok((u64::try_from(instances).unwrap_or(0), outbox))
 }
 
 /// Instances per status, for the `kairos_instances{status}` gauge.
