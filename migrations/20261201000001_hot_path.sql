@@ -19,6 +19,12 @@
 --    - the status/time index becomes a small one over FAILED and DEAD rows (the operators'
 --      "what needs attention" lists); other status filters read the time index;
 --    - retention walks the time index instead of its own finished_at index.
+-- 4. Concurrency permits. A task with concurrency_limit L has permits 0..L-1; a RUNNING instance
+--    holds one (run_slot), and a unique index makes two RUNNING instances of one task unable
+--    to hold the same permit, so at most L run. Claimers reserve free permits with
+--    transaction-scoped advisory try-locks, so claimers of the same task skip each other's
+--    permits instead of queueing on one task lock (store/claim.rs). Instances RUNNING at the
+--    upgrade get permits 0, 1, ... in start order.
 
 alter table task_instance
     -- Who created the window, its first status and why (the creating event).
@@ -30,6 +36,17 @@ alter table task_instance
     add column claimed_by     text,
     -- Who reported the success (the RUNNING → SUCCESS event).
     add column finished_by    text;
+
+alter table task_instance add column run_slot integer;
+update task_instance i set run_slot = r.n - 1
+from (select id, row_number() over (partition by task_id order by started_at, id) as n
+      from task_instance where status = 'RUNNING') r
+where r.id = i.id;
+alter table task_instance add constraint task_instance_run_slot_check
+    check (status <> 'RUNNING' or run_slot is not null);
+drop index if exists task_instance_running_idx;
+create unique index task_instance_run_slot_idx on task_instance (task_id, run_slot)
+    where status = 'RUNNING';
 
 alter table instance_events drop constraint if exists instance_events_instance_id_fkey;
 

@@ -579,7 +579,8 @@ async fn two_replicas_scanning_at_once_never_apply_a_transition_twice(pool: PgPo
     sqlx::query(
         "update task_instance set status = 'RUNNING', lease_token = gen_random_uuid(), \
              lease_expires_at = now() - interval '1 second', started_at = now() - interval '5 seconds', \
-             deadline_at = now() + interval '1 hour', worker_id = 'gone' \
+             deadline_at = now() + interval '1 hour', worker_id = 'gone', \
+             run_slot = substr(window_key, 2)::int \
          where task_id = 't' and window_key <= 'w000150'",
     )
     .execute(&pool)

@@ -8,13 +8,18 @@
 //!    when the head cannot settle a fair pick (a backlogged or full task fills it), they read
 //!    every eligible task's oldest rows instead. The webhook dispatcher always reads per task.
 //!    The choice itself is [`crate::domain::claim::fair_pick`].
-//! 2. **Serialise per task.** Take a transaction-scoped advisory lock for each chosen task, in
-//!    key order (no deadlocks). Only claimers of the *same* task wait for each other, and only
-//!    for the length of a claim; task rows are never locked, so the trigger loop and task
-//!    updates never wait for claims.
-//! 3. **Claim under the locks.** A new statement (so a fresh snapshot, which sees every claim
-//!    committed by earlier lock holders) counts each task's RUNNING instances again and moves at
-//!    most the remaining room to RUNNING.
+//! 2. **Reserve permits.** A task with `concurrency_limit` L has permits 0..L-1, and each
+//!    RUNNING instance holds one (`run_slot`, unique per task among RUNNING rows: migration 2).
+//!    For each chosen task the claimer try-locks (`pg_try_advisory_xact_lock`, held until the
+//!    transaction ends) as many permits as it wants among those no committed RUNNING row holds,
+//!    starting at a random permit. A permit another claimer has reserved is skipped, never
+//!    waited for: claimers of one task run side by side, and task rows are never locked, so
+//!    the trigger loop and task updates never wait for claims either.
+//! 3. **Claim with the permits.** A new statement (so a fresh snapshot, which sees every claim
+//!    committed before the permits were reserved) drops reserved permits that a committed
+//!    RUNNING row took meanwhile, and moves one chosen row per remaining permit to RUNNING, also
+//!    never past `limit - running`. Nobody else can commit a reserved permit while it is
+//!    reserved, so the unique index is a safety net that never fires.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -138,11 +143,8 @@ pub async fn claim_scoped(
         tx.commit().await.map_err(map_db_error)?;
         return Ok(Vec::new());
     }
-    let mut tasks: Vec<&str> = chosen.iter().map(|c| c.task_id.as_str()).collect();
-    tasks.sort_unstable();
-    tasks.dedup();
-    lock_tasks(&mut tx, &tasks).await?;
-    let rows = take(&mut tx, scope, &chosen, worker_id, actor).await?;
+    let permits = reserve_permits(&mut tx, &chosen).await?;
+    let rows = take(&mut tx, scope, &chosen, &permits, worker_id, actor).await?;
     tx.commit().await.map_err(map_db_error)?;
     for r in &rows {
         let i = &r.instance;
@@ -173,6 +175,8 @@ struct CandidateRow {
     /// `concurrency_limit` (capped by the scope) minus RUNNING; null when the task cannot be
     /// claimed from at all (paused, other dispatch mode, deleted).
     room: Option<i64>,
+    /// `concurrency_limit` capped by the scope.
+    lim: Option<i32>,
 }
 
 impl CandidateRow {
@@ -212,10 +216,11 @@ async fn pick(conn: &mut PgConnection, scope: ClaimScope<'_>, max: usize) -> Res
     }
 }
 
-/// A row chosen by the pick, with its task.
+/// A row chosen by the pick, with its task and the task's limit.
 struct Chosen {
     id: Uuid,
     task_id: String,
+    lim: i32,
 }
 
 fn chosen_of(rows: &[CandidateRow], p: &Pick<Uuid>) -> Vec<Chosen> {
@@ -225,6 +230,7 @@ fn chosen_of(rows: &[CandidateRow], p: &Pick<Uuid>) -> Vec<Chosen> {
         .map(|r| Chosen {
             id: r.id,
             task_id: r.task_id.clone(),
+            lim: r.lim.unwrap_or(0),
         })
         .collect()
 }
@@ -243,13 +249,16 @@ async fn read_head(
              order by i.available_at, i.scheduled_at, i.id \
              limit $2 \
              for update skip locked \
-         ), room as ( \
-             select t.id, {TASK_LIMIT_SQL} - (select count(*) from task_instance r \
-                 where r.task_id = t.id and r.status = 'RUNNING') as room \
-             from tasks t \
+         ), lim as ( \
+             select t.id, {TASK_LIMIT_SQL} as lim from tasks t \
              where t.id in (select task_id from head) and not t.paused and t.dispatch_mode = 'poll' \
+         ), room as ( \
+             select l.id, l.lim, l.lim - (select count(*) from task_instance r \
+                 where r.task_id = l.id and r.status = 'RUNNING') as room \
+             from lim l \
          ) \
-         select h.id, h.task_id, room.room from head h left join room on room.id = h.task_id \
+         select h.id, h.task_id, room.room, room.lim \
+         from head h left join room on room.id = h.task_id \
          order by h.available_at, h.scheduled_at, h.id"
     );
     sqlx::query_as(sqlx::AssertSqlSafe(sql))
@@ -281,14 +290,14 @@ async fn read_per_task(
                    and p.status = 'PENDING' and p.available_at <= now() \
                    and ($1::text is null or p.agent_id = $1)) \
          ), room as ( \
-             select b.id, b.lim - (select count(*) from task_instance r \
+             select b.id, b.lim, b.lim - (select count(*) from task_instance r \
                  where r.task_id = b.id and r.status = 'RUNNING') as room \
              from busy b \
          ), fair as ( \
              select coalesce($4::bigint, $3::bigint / greatest(count(*), 1) + 1) as share \
              from room where room > 0 \
          ) \
-         select c.id, c.task_id, room.room from room cross join fair \
+         select c.id, c.task_id, room.room, room.lim from room cross join fair \
          cross join lateral ( \
              select i.id, i.task_id, i.available_at, i.scheduled_at from task_instance i \
              where i.task_id = room.id and i.status = 'PENDING' and i.available_at <= now() \
@@ -310,29 +319,62 @@ async fn read_per_task(
         .map_err(map_db_error)
 }
 
-/// Step 2: serialise with other claimers of the same tasks until this transaction ends.
-async fn lock_tasks(conn: &mut PgConnection, task_ids: &[&str]) -> Result<()> {
-    sqlx::query(
-        "select pg_advisory_xact_lock(hashtext('kairos.claim'), k) \
-         from (select distinct hashtext(t) as k from unnest($1::text[]) as t order by 1) s",
+/// Step 2: reserve, per chosen task, up to as many permits as rows were chosen of it, among
+/// the permits no committed RUNNING row holds and no other claimer has reserved. Returns
+/// `(task_id, permit)` pairs; the reservations last until the transaction ends.
+async fn reserve_permits(conn: &mut PgConnection, chosen: &[Chosen]) -> Result<Vec<(String, i32)>> {
+    let mut want: Vec<(&str, i32, i32)> = Vec::new();
+    for c in chosen {
+        match want.iter_mut().find(|w| w.0 == c.task_id) {
+            Some(w) => w.1 += 1,
+            None => want.push((c.task_id.as_str(), 1, c.lim)),
+        }
+    }
+    let tasks: Vec<&str> = want.iter().map(|w| w.0).collect();
+    let counts: Vec<i32> = want.iter().map(|w| w.1).collect();
+    let lims: Vec<i32> = want.iter().map(|w| w.2.max(0)).collect();
+    // A random first permit per claim spreads concurrent claimers over the permit space.
+    let offsets: Vec<i32> = want
+        .iter()
+        .map(|w| i32::try_from(rand::random::<u32>() % w.2.max(1).unsigned_abs()).unwrap_or(0))
+        .collect();
+    // CASE fixes the order: a permit held by a committed row is never locked in passing.
+    sqlx::query_as(
+        "select c.task_id, p.slot from unnest($1::text[], $2::int[], $3::int[], $4::int[]) \
+             as c(task_id, want, lim, off) \
+         cross join lateral ( \
+             select (g.n + c.off) % c.lim as slot from generate_series(0, c.lim - 1) as g(n) \
+             where case when exists (select 1 from task_instance r \
+                                     where r.task_id = c.task_id and r.status = 'RUNNING' \
+                                       and r.run_slot = (g.n + c.off) % c.lim) \
+                        then false \
+                        else pg_try_advisory_xact_lock(hashtext(c.task_id), (g.n + c.off) % c.lim) \
+                   end \
+             limit c.want \
+         ) p",
     )
-    .bind(task_ids)
-    .execute(&mut *conn)
+    .bind(&tasks)
+    .bind(&counts)
+    .bind(&lims)
+    .bind(&offsets)
+    .fetch_all(&mut *conn)
     .await
-    .map_err(map_db_error)?;
-    Ok(())
+    .map_err(map_db_error)
 }
 
-/// Step 3: under the task locks, recount RUNNING and claim the chosen rows within each task's
-/// remaining room (oldest first). The claim event lives on the row (`claimed_by`).
+/// Step 3: with the reserved permits, claim the chosen rows of each task (oldest first), one
+/// per permit still free in a fresh snapshot, never past `limit - running`. The claim event lives on the row (`claimed_by`).
 async fn take(
     conn: &mut PgConnection,
     scope: ClaimScope<'_>,
     chosen: &[Chosen],
+    permits: &[(String, i32)],
     worker_id: &str,
     actor: &str,
 ) -> Result<Vec<ClaimedRow>> {
     let ids: Vec<Uuid> = chosen.iter().map(|c| c.id).collect();
+    let permit_tasks: Vec<&str> = permits.iter().map(|p| p.0.as_str()).collect();
+    let permit_slots: Vec<i32> = permits.iter().map(|p| p.1).collect();
     let lease = match scope {
         ClaimScope::Agent { lease_seconds, .. } => Some(lease_seconds as f64),
         ClaimScope::Webhook { .. } => None,
@@ -350,17 +392,28 @@ async fn take(
          ), running as ( \
              select task_id, count(*) as n from task_instance \
              where status = 'RUNNING' and task_id in (select id from t) group by task_id \
+         ), held as ( \
+             select p.task_id, p.slot, row_number() over ( \
+                 partition by p.task_id order by p.slot) as k \
+             from unnest($7::text[], $8::int[]) as p(task_id, slot) \
+             join t on t.id = p.task_id \
+             where p.slot < t.lim and not exists (select 1 from task_instance r \
+                 where r.task_id = p.task_id and r.status = 'RUNNING' and r.run_slot = p.slot) \
          ), ranked as ( \
-             select m.id, t.timeout, t.lim - coalesce(r.n, 0) as room, row_number() over ( \
-                 partition by m.task_id order by m.available_at, m.scheduled_at, m.id) as rn \
+             select m.id, m.task_id, t.timeout, t.lim - coalesce(r.n, 0) as room, \
+                 row_number() over ( \
+                     partition by m.task_id order by m.available_at, m.scheduled_at, m.id) as rn \
              from mine m join t on t.id = m.task_id left join running r on r.task_id = m.task_id \
          ), chosen as ( \
-             select id, timeout from ranked where rn <= room \
+             select k.id, k.timeout, h.slot from ranked k \
+             join held h on h.task_id = k.task_id and h.k = k.rn \
+             where k.rn <= k.room \
          ), upd as ( \
              update task_instance i set status = 'RUNNING', lease_token = gen_random_uuid(), \
                  lease_expires_at = now() + make_interval(secs => coalesce($4, chosen.timeout)), \
                  deadline_at = now() + make_interval(secs => chosen.timeout), \
-                 worker_id = $5, started_at = now(), updated_at = now(), claimed_by = $6 \
+                 worker_id = $5, started_at = now(), updated_at = now(), claimed_by = $6, \
+                 run_slot = chosen.slot \
              from chosen where i.id = chosen.id and i.status = 'PENDING' \
              returning i.* \
          ) \
@@ -381,6 +434,8 @@ async fn take(
         .bind(lease)
         .bind(worker_id)
         .bind(actor)
+        .bind(&permit_tasks)
+        .bind(&permit_slots)
         .fetch_all(&mut *conn)
         .await
         .map_err(map_db_error)
