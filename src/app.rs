@@ -26,6 +26,7 @@ use crate::services::trigger_loop::{TriggerLoop, TriggerLoopConfig};
 use crate::services::webhook_dispatcher::{WebhookDispatcher, WebhookDispatcherConfig};
 use crate::services::work_signal::WorkSignal;
 use crate::store;
+use crate::store::group_commit::{self, GroupCommit};
 
 /// What to run in one process.
 #[derive(Debug, Clone)]
@@ -142,6 +143,11 @@ pub fn start(pool: PgPool, listener: TcpListener, opts: Options) -> anyhow::Resu
         .local_addr()
         .context("reading the listen address")?;
     let heartbeats = Heartbeats::default();
+    let group = GroupCommit::start(
+        pool.clone(),
+        group_commit::DEFAULT_COMMITTERS,
+        group_commit::DEFAULT_MAX_BATCH,
+    );
     let loops = CancellationToken::new();
     let http_stop = CancellationToken::new();
     let mut loop_tasks = JoinSet::new();
@@ -165,7 +171,8 @@ pub fn start(pool: PgPool, listener: TcpListener, opts: Options) -> anyhow::Resu
         if cfg.public_url.is_empty() {
             cfg.public_url = format!("http://{addr}");
         }
-        let dispatcher = WebhookDispatcher::new(pool.clone(), cfg, heartbeats.clone());
+        let dispatcher =
+            WebhookDispatcher::new(pool.clone(), cfg, heartbeats.clone(), group.clone());
         loop_tasks.spawn(dispatcher.run(work_signal.clone(), loops.child_token()));
     }
     if let Some(cfg) = opts.pruner.clone() {
@@ -191,6 +198,7 @@ pub fn start(pool: PgPool, listener: TcpListener, opts: Options) -> anyhow::Resu
         shutdown: loops.clone(),
         tokens: opts.tokens.clone(),
         allow_list: opts.allow_list.clone(),
+        group,
     };
     let app = http::router(state, opts.max_body_bytes);
     let stop = http_stop.clone();

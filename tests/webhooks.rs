@@ -150,6 +150,7 @@ fn dispatcher(pool: &PgPool, app: &TestApp) -> WebhookDispatcher {
         pool.clone(),
         WebhookDispatcherConfig::new("d1", format!("http://{}", app.addr)),
         Heartbeats::default(),
+        kairos::store::group_commit::GroupCommit::start(pool.clone(), 1, 64),
     )
 }
 

@@ -145,7 +145,13 @@ async fn heartbeat(
         1,
         state.claims.max_lease_seconds,
     )?;
-    let inst = store_instances::heartbeat(&state.pool, id, token, lease)
+    let inst = state
+        .group
+        .heartbeat(store_instances::LeaseExtension {
+            id,
+            lease_token: token,
+            lease_seconds: lease,
+        })
         .await
         .map_err(|e| not_found_instance(e, &id))?;
     Ok(Json(instance_json(&inst)))
@@ -171,7 +177,14 @@ async fn complete(
         }
     }
     let actor = worker_actor(&current);
-    let inst = store_instances::complete(&state.pool, id, token, result, &actor)
+    let inst = state
+        .group
+        .complete(store_instances::Completion {
+            id,
+            lease_token: token,
+            result: result.cloned(),
+            actor: Some(actor),
+        })
         .await
         .map_err(|e| not_found_instance(e, &id))?;
     tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, "instance succeeded");
@@ -213,7 +226,16 @@ async fn fail(
         Some(_) => return Err(ApiError::invalid("retryable", "must be a boolean")),
     };
     let actor = worker_actor(&current);
-    let inst = store_instances::fail(&state.pool, id, token, &error, retryable, "agent", &actor)
+    let inst = state
+        .group
+        .fail(store_instances::FailureReport {
+            id,
+            lease_token: token,
+            error,
+            retryable,
+            error_kind: "agent",
+            actor,
+        })
         .await
         .map_err(|e| not_found_instance(e, &id))?;
     tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, status = %inst.status, retryable, reason = %inst.error.as_deref().unwrap_or(""), "instance failed");
@@ -345,6 +367,7 @@ async fn complete_batch(
             id,
             lease_token,
             result,
+            actor: None,
         });
     }
     let ids: Vec<Uuid> = items.iter().map(|c| c.id).collect();
@@ -354,7 +377,7 @@ async fn complete_batch(
             other => other,
         })?;
     }
-    let outcomes = store_instances::complete_many(&state.pool, &items, None).await?;
+    let outcomes = store_instances::complete_many(&state.pool, &items).await?;
     let results: Vec<Value> = items
         .iter()
         .zip(outcomes)

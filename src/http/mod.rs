@@ -60,6 +60,8 @@ pub struct AppState {
     pub tokens: Arc<Tokens>,
     /// Hosts webhook and notification URLs may name.
     pub allow_list: AllowList,
+    /// Single complete, fail and heartbeat calls share transactions through it.
+    pub group: crate::store::group_commit::GroupCommit,
 }
 
 /// A router that remembers which (method, path) pairs it serves.

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::work_signal::WorkSignal;
 use super::{Heartbeats, error_backoff, error_chain};
 use crate::outbound::{self, AllowList};
+use crate::store::group_commit::GroupCommit;
 use crate::store::{self, claim, instances};
 
 pub const LOOP_NAME: &str = "webhook_dispatcher";
@@ -75,15 +76,22 @@ pub struct WebhookDispatcher {
     config: Arc<WebhookDispatcherConfig>,
     heartbeats: Heartbeats,
     client: reqwest::Client,
+    group: GroupCommit,
 }
 
 impl WebhookDispatcher {
-    pub fn new(pool: PgPool, config: WebhookDispatcherConfig, heartbeats: Heartbeats) -> Self {
+    pub fn new(
+        pool: PgPool,
+        config: WebhookDispatcherConfig,
+        heartbeats: Heartbeats,
+        group: GroupCommit,
+    ) -> Self {
         Self {
             pool,
             config: Arc::new(config),
             heartbeats,
             client: outbound::client(),
+            group,
         }
     }
 
@@ -191,15 +199,13 @@ impl WebhookDispatcher {
                         if too_big {
                             Err("receiver returned a result over 64 KiB".to_owned())
                         } else {
-                            match instances::complete(
-                                &self.pool,
-                                i.id,
-                                c.lease_token,
-                                result,
-                                &actor,
-                            )
-                            .await
-                            {
+                            let done = instances::Completion {
+                                id: i.id,
+                                lease_token: c.lease_token,
+                                result: result.cloned(),
+                                actor: Some(actor.clone()),
+                            };
+                            match self.group.complete(done).await {
                                 Ok(_) => {
                                     tracing::info!(task_id = %i.task_id, window_key = %i.window_key, instance_id = %i.id, attempt = i.attempt, "webhook push succeeded");
                                     return count(PushOutcome::Succeeded);
@@ -227,17 +233,15 @@ impl WebhookDispatcher {
         let Err(reason) = outcome else {
             return PushOutcome::Stale;
         };
-        match instances::fail(
-            &self.pool,
-            i.id,
-            c.lease_token,
-            &reason,
-            true,
-            "dispatch",
-            &actor,
-        )
-        .await
-        {
+        let report = instances::FailureReport {
+            id: i.id,
+            lease_token: c.lease_token,
+            error: reason.clone(),
+            retryable: true,
+            error_kind: "dispatch",
+            actor,
+        };
+        match self.group.fail(report).await {
             Ok(after) => {
                 tracing::warn!(task_id = %i.task_id, window_key = %i.window_key, instance_id = %i.id, attempt = i.attempt, reason = %reason, status = %after.status, "webhook push failed");
                 count(PushOutcome::Failed)

@@ -443,29 +443,41 @@ async fn fence_error(pool: &PgPool, id: Uuid) -> Error {
     }
 }
 
-/// Extend a lease. Fenced when the token is not the instance's current RUNNING lease.
-pub async fn heartbeat(
-    pool: &PgPool,
-    id: Uuid,
-    lease_token: Uuid,
-    lease_seconds: i64,
-) -> Result<Instance> {
-    let row: Option<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "update task_instance set lease_expires_at = now() + make_interval(secs => $3), \
-             updated_at = now() \
-         where id = $1 and status = 'RUNNING' and lease_token = $2 \
-         returning {INSTANCE_COLUMNS}"
+/// One lease extension asked for by a lease holder.
+#[derive(Debug, Clone)]
+pub struct LeaseExtension {
+    pub id: Uuid,
+    pub lease_token: Uuid,
+    pub lease_seconds: i64,
+}
+
+/// Extend many leases in the caller's transaction, each a compare-and-swap on (id, RUNNING,
+/// lease token). Returns the instances written.
+pub(super) async fn heartbeat_in(
+    conn: &mut PgConnection,
+    items: &[LeaseExtension],
+) -> Result<Vec<Instance>> {
+    let ids: Vec<Uuid> = items.iter().map(|h| h.id).collect();
+    let tokens: Vec<Uuid> = items.iter().map(|h| h.lease_token).collect();
+    let secs: Vec<f64> = items.iter().map(|h| h.lease_seconds as f64).collect();
+    let rows: Vec<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "with f as ( \
+             select * from unnest($1::uuid[], $2::uuid[], $3::float8[]) as f(id, token, secs) \
+         ), upd as ( \
+             update task_instance i \
+             set lease_expires_at = now() + make_interval(secs => f.secs), updated_at = now() \
+             from f where i.id = f.id and i.status = 'RUNNING' and i.lease_token = f.token \
+             returning i.* \
+         ) \
+         select {INSTANCE_COLUMNS} from upd"
     )))
-    .bind(id)
-    .bind(lease_token)
-    .bind(lease_seconds as f64)
-    .fetch_optional(pool)
+    .bind(&ids)
+    .bind(&tokens)
+    .bind(&secs)
+    .fetch_all(&mut *conn)
     .await
     .map_err(map_db_error)?;
-    match row {
-        Some(r) => r.try_into(),
-        None => Err(fence_error(pool, id).await),
-    }
+    rows.into_iter().map(Instance::try_from).collect()
 }
 
 /// Announce that `agent_id` may have claimable work, inside the caller's transaction.
@@ -485,95 +497,120 @@ pub struct Completion {
     pub id: Uuid,
     pub lease_token: Uuid,
     pub result: Option<Value>,
-}
-
-/// RUNNING → SUCCESS under the lease token; resets the task's consecutive failures.
-pub async fn complete(
-    pool: &PgPool,
-    id: Uuid,
-    lease_token: Uuid,
-    result: Option<&Value>,
-    actor: &str,
-) -> Result<Instance> {
-    let item = Completion {
-        id,
-        lease_token,
-        result: result.cloned(),
-    };
-    complete_many(pool, std::slice::from_ref(&item), Some(actor))
-        .await?
-        .pop()
-        .unwrap_or(Err(Error::NotFound))
+    /// Who reports it (the event actor); `agent:<worker_id>` of the instance when `None`.
+    pub actor: Option<String>,
 }
 
 /// Complete many instances in one transaction (one commit for all): each is its own
 /// compare-and-swap on (id, RUNNING, lease token), so a stale token fails only its own item.
-/// For every success, in the same transaction: the event row, the task's failure count reset,
-/// the dependents' windows, the `instance.succeeded` notification, and a wake-up for queued
-/// work. The event actor is `actor`, or `agent:<worker_id>` of each instance when `None`.
 /// Returns one result per item, in order.
-pub async fn complete_many(
-    pool: &PgPool,
-    items: &[Completion],
-    actor: Option<&str>,
-) -> Result<Vec<Result<Instance>>> {
+pub async fn complete_many(pool: &PgPool, items: &[Completion]) -> Result<Vec<Result<Instance>>> {
     if items.is_empty() {
         return Ok(Vec::new());
     }
+    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let done = complete_in(&mut tx, items).await?;
+    tx.commit().await.map_err(map_db_error)?;
+    answer_each(pool, items.iter().map(|c| c.id), done).await
+}
+
+/// One answer per id, in order: the written instance, or why the compare-and-swap missed.
+pub(super) async fn answer_each(
+    pool: &PgPool,
+    ids: impl Iterator<Item = Uuid>,
+    written: Vec<Instance>,
+) -> Result<Vec<Result<Instance>>> {
+    let mut by_id: HashMap<Uuid, Instance> = written.into_iter().map(|i| (i.id, i)).collect();
+    let mut out = Vec::new();
+    for id in ids {
+        match by_id.remove(&id) {
+            Some(inst) => out.push(Ok(inst)),
+            None => out.push(Err(fence_error(pool, id).await)),
+        }
+    }
+    Ok(out)
+}
+
+#[derive(sqlx::FromRow)]
+struct CompletedRow {
+    #[sqlx(flatten)]
+    instance: InstanceRow,
+    /// Some task of the batch has dependents (`after` tasks) to trigger.
+    has_dependents: bool,
+    /// Some task of the batch has `notify.on_success` receivers.
+    notifies: bool,
+}
+
+/// The completions in the caller's transaction: each a compare-and-swap on (id, RUNNING,
+/// lease token). In the same statement: the success (on the row, `finished_by`), the tasks'
+/// failure counts reset, and a wake-up for agents whose task was at its concurrency limit with
+/// queued work. Only when the batch needs them: the dependents' windows and the
+/// `instance.succeeded` notifications. Returns the instances written.
+pub(super) async fn complete_in(
+    conn: &mut PgConnection,
+    items: &[Completion],
+) -> Result<Vec<Instance>> {
     let ids: Vec<Uuid> = items.iter().map(|c| c.id).collect();
     let tokens: Vec<Uuid> = items.iter().map(|c| c.lease_token).collect();
     let results: Vec<Option<Json<&Value>>> =
         items.iter().map(|c| c.result.as_ref().map(Json)).collect();
-    let mut tx = pool.begin().await.map_err(map_db_error)?;
-    let rows: Vec<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let actors: Vec<Option<&str>> = items.iter().map(|c| c.actor.as_deref()).collect();
+    let rows: Vec<CompletedRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "with f as ( \
-             select * from unnest($1::uuid[], $2::uuid[], $3::jsonb[]) as f(id, token, result) \
+             select * from unnest($1::uuid[], $2::uuid[], $3::jsonb[], $4::text[]) \
+                 as f(id, token, result, actor) \
          ), upd as ( \
              update task_instance i set status = 'SUCCESS', result = f.result, finished_at = now(), \
                  lease_token = null, lease_expires_at = null, deadline_at = null, \
                  error = null, error_kind = null, updated_at = now(), \
-                 finished_by = coalesce($4, 'agent:' || coalesce(i.worker_id, 'unknown')) \
+                 finished_by = coalesce(f.actor, 'agent:' || coalesce(i.worker_id, 'unknown')) \
              from f where i.id = f.id and i.status = 'RUNNING' and i.lease_token = f.token \
              returning i.* \
          ), tk as ( \
              update tasks set consecutive_failures = 0 \
              where id in (select task_id from upd) and consecutive_failures <> 0 \
+         ), info as ( \
+             select bool_or(t.id is not null and exists ( \
+                        select 1 from tasks d where d.upstream_task_id = t.id)) as has_dependents, \
+                    bool_or(jsonb_array_length(coalesce(t.spec->'notify'->'on_success', '[]')) > 0) \
+                        as notifies, \
+                    count(pg_notify($5, t.agent_id)) filter (where \
+                        exists (select 1 from task_instance q where q.task_id = t.id \
+                                and q.status = 'PENDING') \
+                        and (select count(*) from task_instance r \
+                             where r.task_id = t.id and r.status = 'RUNNING') \
+                            >= coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1)) \
+                        as woken \
+             from tasks t where t.id in (select distinct task_id from upd) \
          ) \
-         select {INSTANCE_COLUMNS} from upd"
+         select {INSTANCE_COLUMNS}, coalesce(info.has_dependents, false) as has_dependents, \
+             coalesce(info.notifies, false) as notifies \
+         from upd cross join info"
     )))
     .bind(&ids)
     .bind(&tokens)
     .bind(&results)
-    .bind(actor)
-    .fetch_all(&mut *tx)
+    .bind(&actors)
+    .bind(super::WORK_CHANNEL)
+    .fetch_all(&mut *conn)
     .await
     .map_err(map_db_error)?;
+    let has_dependents = rows.iter().any(|r| r.has_dependents);
+    let notifies = rows.iter().any(|r| r.notifies);
     let done: Vec<Instance> = rows
         .into_iter()
-        .map(Instance::try_from)
+        .map(|r| Instance::try_from(r.instance))
         .collect::<Result<_>>()?;
-
-    let mut task_ids: Vec<&str> = done.iter().map(|i| i.task_id.as_str()).collect();
-    task_ids.sort_unstable();
-    task_ids.dedup();
-    if !task_ids.is_empty() {
-        notify_queued(&mut tx, &task_ids).await?;
-        let has_dependents: bool = sqlx::query_scalar(
-            "select exists(select 1 from tasks where upstream_task_id = any($1))",
-        )
-        .bind(&task_ids)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(map_db_error)?;
-        if has_dependents {
-            for inst in &done {
-                let result = items
-                    .iter()
-                    .find(|c| c.id == inst.id)
-                    .and_then(|c| c.result.as_ref());
-                trigger_dependents(&mut tx, inst, result).await?;
-            }
+    if has_dependents {
+        for inst in &done {
+            let result = items
+                .iter()
+                .find(|c| c.id == inst.id)
+                .and_then(|c| c.result.as_ref());
+            trigger_dependents(conn, inst, result).await?;
         }
+    }
+    if notifies {
         let events: Vec<outbox::Event> = done
             .iter()
             .map(|inst| outbox::Event {
@@ -584,18 +621,9 @@ pub async fn complete_many(
                 data: serde_json::json!({ "instance": inst }),
             })
             .collect();
-        outbox::enqueue(&mut tx, &events).await?;
+        outbox::enqueue(conn, &events).await?;
     }
-    tx.commit().await.map_err(map_db_error)?;
-
-    let mut out = Vec::with_capacity(items.len());
-    for item in items {
-        match done.iter().find(|i| i.id == item.id) {
-            Some(inst) => out.push(Ok(inst.clone())),
-            None => out.push(Err(fence_error(pool, item.id).await)),
-        }
-    }
-    Ok(out)
+    Ok(done)
 }
 
 /// A finished RUNNING slot unblocks queued work only where the task was at its concurrency
@@ -709,27 +737,6 @@ pub struct RunningAttempt {
     pub retry_backoff: Option<Json<Value>>,
     /// `lease_expired` or `timeout` for reaped rows; null otherwise.
     pub expiry: Option<String>,
-}
-
-/// Lock the RUNNING instance `id` held by `lease_token`; `None` when the fence does not match.
-pub async fn lock_running(
-    conn: &mut PgConnection,
-    id: Uuid,
-    lease_token: Uuid,
-) -> Result<Option<RunningAttempt>> {
-    sqlx::query_as(
-        "select i.id, i.task_id, i.window_key, i.agent_id, i.attempt, i.max_attempts, \
-             i.lease_token, t.spec->'execution'->'retry_backoff' as retry_backoff, \
-             null::text as expiry \
-         from task_instance i left join tasks t on t.id = i.task_id \
-         where i.id = $1 and i.status = 'RUNNING' and i.lease_token = $2 \
-         for update of i",
-    )
-    .bind(id)
-    .bind(lease_token)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(map_db_error)
 }
 
 /// Lock up to `limit` RUNNING instances whose lease expired or whose run passed its deadline,
@@ -995,38 +1002,74 @@ pub fn plan_failure(
     }
 }
 
-/// A failed attempt reported by its lease holder (the agent's `fail`, or the webhook dispatcher
-/// with `error_kind = dispatch`): RUNNING → FAILED or DEAD under the lease token.
-pub async fn fail(
-    pool: &PgPool,
-    id: Uuid,
-    lease_token: Uuid,
-    error: &str,
-    retryable: bool,
-    error_kind: &'static str,
-    actor: &str,
-) -> Result<Instance> {
-    let mut tx = pool.begin().await.map_err(map_db_error)?;
-    let Some(attempt) = lock_running(&mut tx, id, lease_token).await? else {
-        drop(tx);
-        return Err(fence_error(pool, id).await);
-    };
-    let failure = plan_failure(
-        &attempt,
-        retryable,
-        error,
-        error_kind,
-        rand::random::<f64>(),
-    );
-    let mut written = record_failures(&mut tx, &[failure], actor).await?;
-    let inst = written.pop().ok_or_else(|| {
-        Error::Stale(format!(
-            "instance {id} changed while its failure was recorded"
-        ))
-    })?;
-    notify_queued(&mut tx, &[inst.task_id.as_str()]).await?;
-    tx.commit().await.map_err(map_db_error)?;
-    Ok(inst)
+/// One failed attempt reported by its lease holder.
+#[derive(Debug, Clone)]
+pub struct FailureReport {
+    pub id: Uuid,
+    pub lease_token: Uuid,
+    pub error: String,
+    pub retryable: bool,
+    pub error_kind: &'static str,
+    pub actor: String,
+}
+
+/// Record many reported failures in the caller's transaction: each locks its RUNNING row
+/// under its lease token (missing ones are left out), is planned by the state machine and the
+/// task's backoff, and is written as a compare-and-swap. Returns the instances written.
+pub(super) async fn fail_in(
+    conn: &mut PgConnection,
+    items: &[FailureReport],
+) -> Result<Vec<Instance>> {
+    let ids: Vec<Uuid> = items.iter().map(|f| f.id).collect();
+    let tokens: Vec<Uuid> = items.iter().map(|f| f.lease_token).collect();
+    let running: Vec<RunningAttempt> = sqlx::query_as(
+        "select i.id, i.task_id, i.window_key, i.agent_id, i.attempt, i.max_attempts, \
+             i.lease_token, t.spec->'execution'->'retry_backoff' as retry_backoff, \
+             null::text as expiry \
+         from unnest($1::uuid[], $2::uuid[]) as f(id, token) \
+         join task_instance i on i.id = f.id and i.status = 'RUNNING' and i.lease_token = f.token \
+         left join tasks t on t.id = i.task_id \
+         order by i.id \
+         for update of i",
+    )
+    .bind(&ids)
+    .bind(&tokens)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    // Each locked attempt fails once, as its first report says; actors group the writes.
+    let mut by_actor: Vec<(&str, Vec<Failure>)> = Vec::new();
+    let mut planned: std::collections::HashSet<Uuid> = std::collections::HashSet::new();
+    for item in items {
+        let Some(a) = running.iter().find(|a| a.id == item.id) else {
+            continue;
+        };
+        if !planned.insert(item.id) {
+            continue;
+        }
+        let failure = plan_failure(
+            a,
+            item.retryable,
+            &item.error,
+            item.error_kind,
+            rand::random::<f64>(),
+        );
+        match by_actor.iter_mut().find(|(actor, _)| *actor == item.actor) {
+            Some((_, list)) => list.push(failure),
+            None => by_actor.push((item.actor.as_str(), vec![failure])),
+        }
+    }
+    let mut written = Vec::new();
+    for (actor, failures) in by_actor {
+        written.extend(record_failures(conn, &failures, actor).await?);
+    }
+    let mut tasks: Vec<&str> = written.iter().map(|i| i.task_id.as_str()).collect();
+    tasks.sort_unstable();
+    tasks.dedup();
+    if !tasks.is_empty() {
+        notify_queued(conn, &tasks).await?;
+    }
+    Ok(written)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 
 pub mod claim;
 pub mod events;
+pub mod group_commit;
 pub mod instances;
 pub mod outbox;
 pub mod tasks;

@@ -1,0 +1,213 @@
+//! Group commit for single `complete`, `fail` and `heartbeat` calls (CONTRACT §8).
+//!
+//! Each call is queued; a few committer tasks each take everything queued (up to a batch
+//! size) and write it in one transaction: one statement per kind, each item still its own
+//! compare-and-swap on (id, RUNNING, lease token). Every caller is answered after the commit,
+//! with its own instance or its own fence error, exactly as if it had run alone. So a burst of
+//! N concurrent single calls costs a handful of commits instead of N.
+//!
+//! If a shared transaction fails (a database error, or one item PostgreSQL refuses), each of
+//! its items is retried in a transaction of its own, so one bad item fails only itself.
+
+use std::sync::Arc;
+
+use sqlx::PgPool;
+use tokio::sync::{Mutex, mpsc, oneshot};
+use uuid::Uuid;
+
+use super::instances::{
+    Completion, FailureReport, LeaseExtension, answer_each, complete_in, fail_in, heartbeat_in,
+};
+use super::{Error, Result, map_db_error};
+use crate::domain::instance::Instance;
+
+/// Most calls one shared transaction takes.
+pub const DEFAULT_MAX_BATCH: usize = 256;
+/// Committer tasks: while one commits, the next gathers the calls that arrived meanwhile.
+pub const DEFAULT_COMMITTERS: usize = 3;
+
+type Reply = oneshot::Sender<Result<Instance>>;
+
+enum Op {
+    Heartbeat(LeaseExtension, Reply),
+    Complete(Completion, Reply),
+    Fail(FailureReport, Reply),
+}
+
+impl Op {
+    fn id(&self) -> Uuid {
+        match self {
+            Op::Heartbeat(h, _) => h.id,
+            Op::Complete(c, _) => c.id,
+            Op::Fail(f, _) => f.id,
+        }
+    }
+}
+
+/// The queue single calls go through; cheap to clone.
+#[derive(Clone)]
+pub struct GroupCommit {
+    tx: mpsc::Sender<Op>,
+}
+
+impl GroupCommit {
+    /// Start `committers` committer tasks on the current runtime. They stop when every handle
+    /// is dropped and the queue is empty.
+    pub fn start(pool: PgPool, committers: usize, max_batch: usize) -> Self {
+        let (tx, rx) = mpsc::channel::<Op>(max_batch.max(1) * committers.max(1) * 4);
+        let rx = Arc::new(Mutex::new(rx));
+        for _ in 0..committers.max(1) {
+            let (pool, rx) = (pool.clone(), rx.clone());
+            tokio::spawn(async move {
+                while let Some(batch) = next_batch(&rx, max_batch.max(1)).await {
+                    run_batch(&pool, batch).await;
+                }
+            });
+        }
+        Self { tx }
+    }
+
+    /// Extend a lease (fenced: 409 when the token is not the current RUNNING lease).
+    pub async fn heartbeat(&self, item: LeaseExtension) -> Result<Instance> {
+        self.call(|reply| Op::Heartbeat(item, reply)).await
+    }
+
+    /// RUNNING → SUCCESS under the lease token.
+    pub async fn complete(&self, item: Completion) -> Result<Instance> {
+        self.call(|reply| Op::Complete(item, reply)).await
+    }
+
+    /// RUNNING → FAILED or DEAD under the lease token.
+    pub async fn fail(&self, item: FailureReport) -> Result<Instance> {
+        self.call(|reply| Op::Fail(item, reply)).await
+    }
+
+    async fn call(&self, op: impl FnOnce(Reply) -> Op) -> Result<Instance> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(op(reply))
+            .await
+            .map_err(|_| Error::Stale("the group committer has stopped".to_owned()))?;
+        answer
+            .await
+            .map_err(|_| Error::Stale("the group committer dropped the call".to_owned()))?
+    }
+}
+
+/// Wait for one call, then take whatever else is queued, up to `max`.
+async fn next_batch(rx: &Mutex<mpsc::Receiver<Op>>, max: usize) -> Option<Vec<Op>> {
+    let mut rx = rx.lock().await;
+    let first = rx.recv().await?;
+    let mut batch = vec![first];
+    while batch.len() < max {
+        match rx.try_recv() {
+            Ok(op) => batch.push(op),
+            Err(_) => break,
+        }
+    }
+    Some(batch)
+}
+
+/// What one transaction wrote, per kind.
+#[derive(Default)]
+struct Written {
+    heartbeats: Vec<Instance>,
+    completes: Vec<Instance>,
+    fails: Vec<Instance>,
+}
+
+async fn write(pool: &PgPool, ops: &[Op]) -> Result<Written> {
+    let mut heartbeats = Vec::new();
+    let mut completes = Vec::new();
+    let mut fails = Vec::new();
+    for op in ops {
+        match op {
+            Op::Heartbeat(h, _) => heartbeats.push(h.clone()),
+            Op::Complete(c, _) => completes.push(c.clone()),
+            Op::Fail(f, _) => fails.push(f.clone()),
+        }
+    }
+    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let mut w = Written::default();
+    if !heartbeats.is_empty() {
+        w.heartbeats = heartbeat_in(&mut tx, &heartbeats).await?;
+    }
+    if !completes.is_empty() {
+        w.completes = complete_in(&mut tx, &completes).await?;
+    }
+    if !fails.is_empty() {
+        w.fails = fail_in(&mut tx, &fails).await?;
+    }
+    tx.commit().await.map_err(map_db_error)?;
+    Ok(w)
+}
+
+async fn run_batch(pool: &PgPool, ops: Vec<Op>) {
+    let written = match write(pool, &ops).await {
+        Ok(w) => w,
+        Err(e) if ops.len() == 1 => {
+            if let Some(op) = ops.into_iter().next() {
+                reply(op, Err(e));
+            }
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, calls = ops.len(), "a shared commit failed; retrying its calls one by one");
+            for op in ops {
+                Box::pin(run_batch(pool, vec![op])).await;
+            }
+            return;
+        }
+    };
+    // Per kind, the written instance of each call, or its own fence or not-found answer.
+    let mut answers: Vec<Option<Result<Instance>>> = ops.iter().map(|_| None).collect();
+    for (kind, list) in [
+        (Kind::Heartbeat, written.heartbeats),
+        (Kind::Complete, written.completes),
+        (Kind::Fail, written.fails),
+    ] {
+        let positions: Vec<usize> = (0..ops.len()).filter(|&k| ops[k].kind() == kind).collect();
+        if positions.is_empty() {
+            continue;
+        }
+        let ids = positions.iter().map(|&k| ops[k].id());
+        match answer_each(pool, ids, list).await {
+            Ok(each) => {
+                for (k, a) in positions.into_iter().zip(each) {
+                    answers[k] = Some(a);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not explain missed compare-and-swaps"),
+        }
+    }
+    for (op, answer) in ops.into_iter().zip(answers) {
+        let answer =
+            answer.unwrap_or_else(|| Err(Error::Stale("the outcome is unknown".to_owned())));
+        reply(op, answer);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Heartbeat,
+    Complete,
+    Fail,
+}
+
+impl Op {
+    fn kind(&self) -> Kind {
+        match self {
+            Op::Heartbeat(..) => Kind::Heartbeat,
+            Op::Complete(..) => Kind::Complete,
+            Op::Fail(..) => Kind::Fail,
+        }
+    }
+}
+
+/// Answer one call. The caller may have gone (client disconnected); the write stands.
+fn reply(op: Op, answer: Result<Instance>) {
+    let r = match op {
+        Op::Heartbeat(_, r) | Op::Complete(_, r) | Op::Fail(_, r) => r,
+    };
+    let _ = r.send(answer);
+}
