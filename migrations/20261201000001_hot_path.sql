@@ -66,6 +66,10 @@ drop index if exists task_instance_claim_idx;
 create index task_instance_claim_idx on task_instance (agent_id, available_at, scheduled_at, id)
     where status = 'PENDING';
 
+-- The webhook dispatcher looks for pending work through the unpaused webhook tasks, every
+-- second: an index keeps that look from reading the whole registry.
+create index tasks_webhook_idx on tasks (id) where dispatch_mode = 'webhook' and not paused;
+
 -- Every transition of every instance, oldest first when ordered by (phase, seq).
 create view instance_history as
     select i.id as instance_id, 1 as attempt, null::text as from_status,

@@ -355,3 +355,44 @@ async fn health_and_readiness_report_the_loops(pool: PgPool) {
     assert_eq!(ready["loops"]["trigger"], "ok");
     app.shutdown().await;
 }
+
+#[sqlx::test]
+async fn only_changes_due_soon_wake_the_trigger_loops(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
+        .await
+        .expect("listener");
+    listener
+        .listen(kairos::store::TASKS_CHANNEL)
+        .await
+        .expect("listen");
+    // 50 daily schedules far from now: registering them wakes nobody.
+    let far = chrono::Utc::now() + chrono::Duration::hours(3);
+    let expr = format!("0 {} {} * * *", far.format("%M"), far.format("%H"));
+    for k in 0..50 {
+        let (status, body) = json(
+            app.put(
+                &format!("/v1/tasks/far{k}"),
+                serde_json::json!({"agent_id": "a", "trigger": {"type": "cron", "expr": expr, "timezone": "UTC"}}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    // One that fires every second: its change wakes the loops.
+    let (status, body) = json(
+        app.put(
+            "/v1/tasks/soon",
+            serde_json::json!({"agent_id": "a", "trigger": {"type": "cron", "expr": "* * * * * *", "timezone": "UTC"}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let first = tokio::time::timeout(Duration::from_secs(5), listener.recv())
+        .await
+        .expect("a notification")
+        .expect("recv");
+    assert_eq!(first.payload(), "soon", "far-off changes sent nothing");
+}

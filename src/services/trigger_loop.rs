@@ -22,7 +22,7 @@ use crate::store::instances::{
     NewInstance, cancel_windows, existing_windows, insert_windows, notify_work, unfinished_windows,
 };
 use crate::store::tasks::{
-    CursorMove, advance_tasks, earliest_fire_at, lock_due_tasks, quarantine_task,
+    CursorMove, WAKE_HORIZON, advance_tasks, earliest_fire_at, lock_due_tasks, quarantine_task,
 };
 use crate::store::{self, TASKS_CHANNEL, map_db_error, outbox};
 
@@ -32,6 +32,9 @@ pub const DEFAULT_MAX_SLEEP: Duration = Duration::from_secs(10);
 pub const DEFAULT_PARALLELISM: usize = 2;
 /// When a due task is held by another replica, wait this long before looking again.
 const CONTENDED_SLEEP: Duration = Duration::from_millis(20);
+/// After a task-change notification, wait this long and take every notification that arrived
+/// meanwhile, so a burst of changes costs one pass instead of one pass per change.
+pub const COALESCE_WAKEUPS: Duration = Duration::from_millis(50);
 
 #[derive(Debug, Clone)]
 pub struct TriggerLoopConfig {
@@ -293,7 +296,9 @@ impl TriggerLoop {
                 .to_std()
                 .unwrap_or(Duration::ZERO)
                 .min(self.config.max_sleep),
-        })
+        }
+        // Changes due later than the wake horizon send no notification: look again by then.
+        .min(WAKE_HORIZON))
     }
 
     /// Run until `shutdown` is cancelled. Database errors are logged with their cause and
@@ -355,6 +360,20 @@ impl TriggerLoop {
                 _ = tokio::time::sleep(sleep) => Ok(false),
                 n = recv(&mut listener) => n,
             };
+            if let (Ok(true), Some(l)) = (&woke, listener.as_mut()) {
+                // One pass for a burst of changes.
+                tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(COALESCE_WAKEUPS) => {}
+                }
+                let mut coalesced = 0u64;
+                while let Ok(Ok(_)) = tokio::time::timeout(Duration::from_millis(1), l.recv()).await
+                {
+                    coalesced += 1;
+                }
+                tracing::debug!(coalesced, "task changes woke the trigger loop");
+            }
             if let Err(e) = woke {
                 tracing::warn!(error = %error_chain(&e), "trigger loop lost its LISTEN connection; reconnecting");
                 listener = None;

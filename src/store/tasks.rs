@@ -128,10 +128,27 @@ async fn lock_task(conn: &mut PgConnection, id: &str) -> Result<Option<Task>> {
     row.map(Task::try_from).transpose()
 }
 
-async fn notify_task_changed(conn: &mut PgConnection, id: &str) -> Result<()> {
-    sqlx::query("select pg_notify($1, $2)")
+/// How far ahead a task's next window must be for its change to wake the trigger loops. The
+/// loops never sleep longer than this, so a later window is found by their next look anyway;
+/// registering thousands of far-off schedules therefore sends no notification at all (a NOTIFY
+/// also serialises commits).
+pub const WAKE_HORIZON: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Wake the trigger loops when the task's next window (`next_fire_at`) is due within
+/// [`WAKE_HORIZON`].
+async fn notify_task_changed(
+    conn: &mut PgConnection,
+    id: &str,
+    next_fire_at: Option<DateTime<Utc>>,
+) -> Result<()> {
+    let Some(at) = next_fire_at else {
+        return Ok(());
+    };
+    sqlx::query("select pg_notify($1, $2) where $3 <= now() + make_interval(secs => $4)")
         .bind(TASKS_CHANNEL)
         .bind(id)
+        .bind(at)
+        .bind(WAKE_HORIZON.as_secs_f64())
         .execute(&mut *conn)
         .await
         .map_err(map_db_error)?;
@@ -273,10 +290,12 @@ pub async fn upsert_task(
             Upserted::Replaced
         }
     };
-    notify_task_changed(&mut tx, spec.id.as_str()).await?;
     let task = lock_task(&mut tx, spec.id.as_str())
         .await?
         .ok_or(Error::NotFound)?;
+    if !task.paused {
+        notify_task_changed(&mut tx, spec.id.as_str(), task.next_fire_at).await?;
+    }
     tx.commit().await.map_err(map_db_error)?;
     Ok((outcome, task))
 }
@@ -296,7 +315,6 @@ pub async fn delete_task(pool: &PgPool, id: &str, actor: &str) -> Result<u64> {
     let cancelled =
         super::instances::cancel_unstarted_of_task(&mut tx, id, actor, "task deleted").await?;
     orphan_dependents(&mut tx, id).await?;
-    notify_task_changed(&mut tx, id).await?;
     tx.commit().await.map_err(map_db_error)?;
     Ok(cancelled)
 }
@@ -342,7 +360,7 @@ pub async fn resume_task(pool: &PgPool, id: &str) -> Result<Task> {
     .execute(&mut *tx)
     .await
     .map_err(map_db_error)?;
-    notify_task_changed(&mut tx, id).await?;
+    notify_task_changed(&mut tx, id, next_fire_at).await?;
     let task = lock_task(&mut tx, id).await?.ok_or(Error::NotFound)?;
     tx.commit().await.map_err(map_db_error)?;
     Ok(task)
@@ -537,7 +555,7 @@ pub async fn resume_cooled_down(
         .execute(&mut *conn)
         .await
         .map_err(map_db_error)?;
-        notify_task_changed(conn, &row.id).await?;
+        notify_task_changed(conn, &row.id, next).await?;
         super::instances::notify_work(conn, &spec.agent_id).await?;
         tracing::info!(task_id = %row.id, next_fire_at = ?next, reason = "circuit cooldown ended", "task resumed (half-open)");
         resumed.push((row.id, spec.agent_id));
