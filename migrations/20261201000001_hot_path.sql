@@ -87,3 +87,4 @@ create view instance_history as
     union all
     select i.id, i.attempt, 'RUNNING', 'SUCCESS', i.finished_by, null, i.finished_at, 3, 0
     from task_instance i where i.finished_by is not null;
+

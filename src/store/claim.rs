@@ -271,7 +271,8 @@ async fn read_head(
 
 /// Every eligible task's oldest available PENDING rows (locked, skipping rows other claimers
 /// hold): at most its room, and at most `share` rows (by default the claim divided evenly
-/// over the tasks that have work, plus one).
+/// over the tasks that have work, plus one). The eligible tasks (one agent's, or the webhook
+/// tasks) drive the look, whatever the planner thinks of the instance table's size.
 async fn read_per_task(
     conn: &mut PgConnection,
     scope: ClaimScope<'_>,
@@ -283,12 +284,14 @@ async fn read_per_task(
         ClaimScope::Webhook { .. } => "t.dispatch_mode = 'webhook'",
     };
     let sql = format!(
-        "with busy as ( \
+        "with eligible as materialized ( \
              select t.id, least({TASK_LIMIT_SQL}, $2) as lim from tasks t \
              where {tasks_filter} and not t.paused \
-               and exists (select 1 from task_instance p where p.task_id = t.id \
-                   and p.status = 'PENDING' and p.available_at <= now() \
-                   and ($1::text is null or p.agent_id = $1)) \
+         ), busy as ( \
+             select e.id, e.lim from eligible e \
+             where exists (select 1 from task_instance p where p.task_id = e.id \
+                 and p.status = 'PENDING' and p.available_at <= now() \
+                 and ($1::text is null or p.agent_id = $1)) \
          ), room as ( \
              select b.id, b.lim, b.lim - (select count(*) from task_instance r \
                  where r.task_id = b.id and r.status = 'RUNNING') as room \
