@@ -89,7 +89,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             database_url: "postgres://kairos:kairos@127.0.0.1:5432/kairos".to_owned(),
-            database_max_connections: 10,
+            database_max_connections: 20,
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             node_id: default_node_id(),
             log_format: LogFormat::Text,
@@ -97,7 +97,7 @@ impl Default for Config {
             max_body_bytes: 256 * 1024,
             trigger_batch_size: 500,
             trigger_max_sleep_ms: 10_000,
-            trigger_parallelism: 2,
+            trigger_parallelism: 4,
             retry_scan_interval_ms: 1000,
             retry_batch_size: 100,
             reaper_interval_ms: 1000,

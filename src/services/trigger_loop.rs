@@ -29,7 +29,7 @@ use crate::store::{self, TASKS_CHANNEL, map_db_error, outbox};
 pub const LOOP_NAME: &str = "trigger";
 pub const DEFAULT_BATCH_SIZE: i64 = 500;
 pub const DEFAULT_MAX_SLEEP: Duration = Duration::from_secs(10);
-pub const DEFAULT_PARALLELISM: usize = 2;
+pub const DEFAULT_PARALLELISM: usize = 4;
 /// When a due task is held by another replica, wait this long before looking again.
 const CONTENDED_SLEEP: Duration = Duration::from_millis(20);
 /// After a task-change notification, wait this long and take every notification that arrived
