@@ -8,6 +8,7 @@
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -15,11 +16,13 @@ use clap::Parser;
 use serde_json::{Value, json};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Executor, PgPool};
+use tokio::task::JoinSet;
 
 #[derive(Parser, Debug)]
 #[command(about = "Benchmark kairos against a PostgreSQL (DATABASE_URL)")]
 struct Args {
-    /// Scenarios to run: trigger, claim, lag, idle, memory, pgbench (comma-separated) or all.
+    /// Scenarios to run: pgbench, trigger, claim, lag, push, replicas, idle, memory
+    /// (comma-separated) or all.
     #[arg(long, default_value = "all")]
     only: String,
     /// Task counts for the trigger throughput scenario.
@@ -31,12 +34,40 @@ struct Args {
     /// Agent counts for the claim→complete scenario.
     #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
     agents: Vec<usize>,
-    /// Instances per claim (and per batch completion when --batch-complete).
+    /// Task counts the claim→complete scenario spreads its pending instances over (each task
+    /// has concurrency_limit 1000). Every (tasks, agents, mode) combination runs, modes being
+    /// one POST /v1/completions per claimed batch and one concurrent complete per instance.
+    #[arg(long, value_delimiter = ',', default_value = "100,1")]
+    claim_tasks: Vec<i64>,
+    /// Instances per claim (and per batch completion in batched mode).
     #[arg(long, default_value_t = 100)]
     claim_batch: i64,
-    /// Tasks on per-minute crons in the fire-lag scenario.
+    /// Tasks on the `0 * * * * *` cron (second 0 of every minute) in the fire-lag scenario.
     #[arg(long, default_value_t = 10_000)]
     lag_tasks: i64,
+    /// Minute boundaries the fire-lag scenario measures.
+    #[arg(long, default_value_t = 2)]
+    lag_minutes: u32,
+    /// How the fire-lag agents report: batch (one POST /v1/completions per claim) and/or
+    /// single (one concurrent complete request per instance); one row each.
+    #[arg(long, value_delimiter = ',', default_value = "batch,single")]
+    lag_modes: Vec<String>,
+    /// Instances pushed to a local webhook receiver in the push scenario.
+    #[arg(long, default_value_t = 5_000)]
+    push_instances: i64,
+    /// webhook_max_in_flight of the kairos server in the push scenario (default config: 64).
+    #[arg(long, default_value_t = 256)]
+    push_in_flight: usize,
+    /// Replica counts (kairos serve processes on one database) for the replicas scenario.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    replicas: Vec<usize>,
+    /// Tasks due at one instant in the replicas scenario's trigger part.
+    #[arg(long, default_value_t = 20_000)]
+    replica_tasks: i64,
+    /// Pending instances (over 100 tasks, 16 agents, batched) in the replicas scenario's
+    /// claim→complete part.
+    #[arg(long, default_value_t = 20_000)]
+    replica_instances: i64,
     /// Registered (never due) tasks in the idle-cost scenario.
     #[arg(long, default_value_t = 1_000_000)]
     idle_tasks: i64,
@@ -54,6 +85,10 @@ fn main() -> Result<()> {
     rt.block_on(run(args))
 }
 
+const SCENARIOS: [&str; 8] = [
+    "pgbench", "trigger", "claim", "lag", "push", "replicas", "idle", "memory",
+];
+
 fn wants(args: &Args, name: &str) -> bool {
     args.only == "all" || args.only.split(',').any(|s| s.trim() == name)
 }
@@ -62,6 +97,25 @@ async fn run(args: Args) -> Result<()> {
     kairos::outbound::install_crypto_provider();
     let base = std::env::var("DATABASE_URL")
         .context("DATABASE_URL must name the PostgreSQL to measure")?;
+    for name in args.only.split(',').map(str::trim) {
+        if name != "all" && !SCENARIOS.contains(&name) {
+            bail!(
+                "unknown scenario {name:?} in --only (one of {}, or all)",
+                SCENARIOS.join(", ")
+            );
+        }
+    }
+    for mode in &args.lag_modes {
+        if mode != "batch" && mode != "single" {
+            bail!("unknown --lag-modes entry {mode:?} (batch or single)");
+        }
+    }
+    if args.lag_minutes == 0 {
+        bail!("--lag-minutes must be at least 1");
+    }
+    if args.replicas.contains(&0) {
+        bail!("--replicas entries must be at least 1");
+    }
     let mut rows: Vec<[String; 4]> = Vec::new();
     println!(
         "kairos-bench on {} cores; PostgreSQL at {}",
@@ -92,17 +146,37 @@ async fn run(args: Args) -> Result<()> {
         }
     }
     if wants(&args, "claim") {
-        for batched in [false, true] {
-            for &k in &args.agents {
-                rows.push(
-                    claim_complete(&base, args.claim_instances, k, args.claim_batch, batched)
+        for &tasks in &args.claim_tasks {
+            for batched in [false, true] {
+                for &k in &args.agents {
+                    rows.push(
+                        claim_complete(
+                            &base,
+                            args.claim_instances,
+                            tasks,
+                            k,
+                            args.claim_batch,
+                            batched,
+                        )
                         .await?,
-                );
+                    );
+                }
             }
         }
     }
     if wants(&args, "lag") {
-        rows.push(fire_lag(&base, args.lag_tasks).await?);
+        for mode in &args.lag_modes {
+            rows.push(fire_lag(&base, args.lag_tasks, args.lag_minutes, mode == "single").await?);
+        }
+    }
+    if wants(&args, "push") {
+        rows.push(push(&base, args.push_instances, args.push_in_flight).await?);
+    }
+    if wants(&args, "replicas") {
+        for &k in &args.replicas {
+            rows.push(replicas_trigger(&base, args.replica_tasks, k).await?);
+            rows.push(replicas_claim(&base, args.replica_instances, k).await?);
+        }
     }
     if wants(&args, "idle") {
         rows.push(idle_cost(&base, args.idle_tasks, args.idle_seconds).await?);
@@ -219,6 +293,19 @@ impl Drop for Server {
 }
 
 async fn start_server(db: &BenchDb, extra: &[(&str, &str)]) -> Result<Server> {
+    start_node(db, "bench", extra).await
+}
+
+/// `k` replicas on the same database, node ids `bench1`..`bench<k>`, each on its own port.
+async fn start_servers(db: &BenchDb, k: usize, extra: &[(&str, &str)]) -> Result<Vec<Server>> {
+    let mut servers = Vec::with_capacity(k);
+    for i in 1..=k {
+        servers.push(start_node(db, &format!("bench{i}"), extra).await?);
+    }
+    Ok(servers)
+}
+
+async fn start_node(db: &BenchDb, node_id: &str, extra: &[(&str, &str)]) -> Result<Server> {
     let exe = std::env::current_exe()?.with_file_name("kairos");
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
@@ -227,7 +314,7 @@ async fn start_server(db: &BenchDb, extra: &[(&str, &str)]) -> Result<Server> {
     cmd.arg("serve")
         .env("DATABASE_URL", &db.url)
         .env("KAIROS_LISTEN", format!("127.0.0.1:{port}"))
-        .env("KAIROS_NODE_ID", "bench")
+        .env("KAIROS_NODE_ID", node_id)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
@@ -303,29 +390,46 @@ async fn count(pool: &PgPool, sql: &'static str) -> Result<i64> {
     Ok(sqlx::query_scalar(sql).fetch_one(pool).await?)
 }
 
-async fn trigger_throughput(base: &str, n: i64) -> Result<[String; 4]> {
-    let db = BenchDb::create(base, "trigger").await?;
-    // Due one second from now, all at the same instant.
+/// How one burst of due tasks was materialised.
+struct TriggerRun {
+    secs: f64,
+    /// Seconds from the instant to the last window row's `created_at` (database clock).
+    last: f64,
+    /// Whether the servers were up only after the instant (the numbers then flatter them).
+    late: bool,
+    /// Window rows after the burst settled, tasks with at least one, windows per creator.
+    windows: i64,
+    tasks_with_window: i64,
+    by_creator: Vec<(String, i64)>,
+}
+
+/// `n` tasks due at one instant, served by `k` replicas: time until every window exists.
+async fn trigger_run(base: &str, tag: &str, n: i64, k: usize) -> Result<TriggerRun> {
+    let db = BenchDb::create(base, tag).await?;
+    // Due at one instant, with time to start every replica first.
+    let lead = 1 + 2 * k;
     insert_tasks(
         &db.pool,
         n,
         "t",
         json!({"type": "interval", "every_seconds": 3600}),
         json!({"overlap": "queue"}),
-        "date_trunc('second', now()) + interval '3 seconds'",
+        &format!("date_trunc('second', now()) + interval '{lead} seconds'"),
     )
     .await?;
     let due: chrono::DateTime<chrono::Utc> =
         sqlx::query_scalar("select min(next_fire_at) from tasks")
             .fetch_one(&db.pool)
             .await?;
-    let server = start_server(&db, &[]).await?;
+    let servers = start_servers(&db, k, &[]).await?;
     // Wait for the due instant on the database clock, then time until every window exists.
+    let mut late = true;
     loop {
         let now = kairos::store::now(&db.pool).await?;
         if now >= due {
             break;
         }
+        late = false;
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let started = Instant::now();
@@ -340,17 +444,43 @@ async fn trigger_throughput(base: &str, n: i64) -> Result<[String; 4]> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let secs = started.elapsed().as_secs_f64();
+    // Let any late duplicate show up before counting.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let last: f64 = sqlx::query_scalar(
         "select extract(epoch from max(created_at) - min(scheduled_at))::float8 from task_instance",
     )
     .fetch_one(&db.pool)
     .await?;
-    drop(server);
+    let (windows, tasks_with_window): (i64, i64) =
+        sqlx::query_as("select count(*), count(distinct task_id) from task_instance")
+            .fetch_one(&db.pool)
+            .await?;
+    let by_creator: Vec<(String, i64)> = sqlx::query_as(
+        "select coalesce(created_by, '?'), count(*) from task_instance group by 1 order by 1",
+    )
+    .fetch_all(&db.pool)
+    .await?;
+    drop(servers);
     db.drop_db().await?;
+    Ok(TriggerRun {
+        secs,
+        last,
+        late,
+        windows,
+        tasks_with_window,
+        by_creator,
+    })
+}
+
+async fn trigger_throughput(base: &str, n: i64) -> Result<[String; 4]> {
+    let r = trigger_run(base, "trigger", n, 1).await?;
     Ok(row(
         &format!("trigger throughput, {n} tasks due at one instant"),
-        format!("{:.0} windows/s", n as f64 / secs),
-        format!("all windows in {secs:.2} s (last row {last:.2} s after the instant)"),
+        format!("{:.0} windows/s", n as f64 / r.secs),
+        format!(
+            "all windows in {:.2} s (last row {:.2} s after the instant)",
+            r.secs, r.last
+        ),
         "one replica, batches of 500 tasks per transaction",
     ))
 }
@@ -387,95 +517,211 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[idx.min(sorted.len() - 1)]
 }
 
+/// An HTTP client for the bench's agents, keeping up to `idle` connections per server.
+fn agent_client(idle: usize) -> Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .pool_max_idle_per_host(idle.max(64))
+        .build()?)
+}
+
+/// Report a claimed batch in one `POST /v1/completions`: (accepted, refused) items.
+async fn complete_batch(
+    client: &reqwest::Client,
+    url: &str,
+    items: &[Value],
+) -> Result<(u64, u64)> {
+    let completions: Vec<Value> = items
+        .iter()
+        .map(|i| json!({"id": i["id"], "lease_token": i["lease_token"]}))
+        .collect();
+    let r: Value = client
+        .post(format!("{url}/v1/completions"))
+        .json(&json!({"completions": completions}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let ok = r["results"]
+        .as_array()
+        .map(|a| a.iter().filter(|x| x["status"] == 200).count() as u64)
+        .unwrap_or(0);
+    Ok((ok, items.len() as u64 - ok.min(items.len() as u64)))
+}
+
+/// Complete every claimed instance with its own request, all in flight at once:
+/// (accepted, refused) requests.
+async fn complete_each(
+    client: &reqwest::Client,
+    url: &str,
+    items: Vec<Value>,
+) -> Result<(u64, u64)> {
+    let mut set = JoinSet::new();
+    for i in items {
+        let (client, url) = (client.clone(), url.to_owned());
+        set.spawn(async move {
+            let id = i["id"].as_str().unwrap_or("").to_owned();
+            let r = client
+                .post(format!("{url}/v1/instances/{id}/complete"))
+                .json(&json!({"lease_token": i["lease_token"]}))
+                .send()
+                .await?;
+            Ok::<bool, anyhow::Error>(r.status().is_success())
+        });
+    }
+    let (mut ok, mut refused) = (0, 0);
+    while let Some(r) = set.join_next().await {
+        if r?? {
+            ok += 1;
+        } else {
+            refused += 1;
+        }
+    }
+    Ok((ok, refused))
+}
+
+/// What one drain of the pending instances by claiming agents measured.
+#[derive(Default)]
+struct Drain {
+    secs: f64,
+    /// Completions the server accepted, and refused.
+    done: u64,
+    refused: u64,
+    /// Claim requests, those that came back with no instance while instances were still
+    /// PENDING, and those answered non-2xx.
+    claims: u64,
+    empty: u64,
+    claim_errors: u64,
+    /// The most instances still PENDING right after an empty claim.
+    empty_max_left: i64,
+    /// Claim latencies in ms, sorted.
+    latencies: Vec<f64>,
+}
+
+/// `agents` agents (spread round-robin over `urls`) claim `batch` at a time without waiting,
+/// and complete what they claimed, until nothing is PENDING.
+async fn drain(
+    pool: &PgPool,
+    urls: &[String],
+    agents: usize,
+    batch: i64,
+    batched: bool,
+) -> Result<Drain> {
+    if urls.is_empty() {
+        bail!("no server to claim from");
+    }
+    let client = agent_client(agents * usize::try_from(batch).unwrap_or(100))?;
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(600);
+    let mut workers = Vec::new();
+    for a in 0..agents {
+        let (client, url, pool) = (client.clone(), urls[a % urls.len()].clone(), pool.clone());
+        workers.push(tokio::spawn(async move {
+            let mut d = Drain::default();
+            loop {
+                if Instant::now() > deadline {
+                    bail!("agent w{a} still draining after 600 s");
+                }
+                let t = Instant::now();
+                let resp = client
+                    .post(format!("{url}/v1/claims"))
+                    .json(&json!({"agent_id": "bench_agent", "worker_id": format!("w{a}"), "max_instances": batch}))
+                    .send()
+                    .await?;
+                let ok = resp.status().is_success();
+                let body: Value = resp.json().await.unwrap_or(Value::Null);
+                d.latencies.push(t.elapsed().as_secs_f64() * 1000.0);
+                d.claims += 1;
+                if !ok {
+                    d.claim_errors += 1;
+                }
+                let items = body["instances"].as_array().cloned().unwrap_or_default();
+                if items.is_empty() {
+                    // Empty can mean another agent holds the tasks right now: stop only when
+                    // nothing is left to claim.
+                    let left: i64 = sqlx::query_scalar(
+                        "select count(*) from task_instance where status = 'PENDING'",
+                    )
+                    .fetch_one(&pool)
+                    .await?;
+                    if left == 0 {
+                        return Ok::<Drain, anyhow::Error>(d);
+                    }
+                    if ok {
+                        d.empty += 1;
+                        d.empty_max_left = d.empty_max_left.max(left);
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
+                }
+                let (ok, refused) = if batched {
+                    complete_batch(&client, &url, &items).await?
+                } else {
+                    complete_each(&client, &url, items).await?
+                };
+                d.done += ok;
+                d.refused += refused;
+            }
+        }));
+    }
+    let mut total = Drain::default();
+    for w in workers {
+        let d = w.await??;
+        total.done += d.done;
+        total.refused += d.refused;
+        total.claims += d.claims;
+        total.empty += d.empty;
+        total.claim_errors += d.claim_errors;
+        total.empty_max_left = total.empty_max_left.max(d.empty_max_left);
+        total.latencies.extend(d.latencies);
+    }
+    total.secs = started.elapsed().as_secs_f64();
+    total.latencies.sort_by(f64::total_cmp);
+    Ok(total)
+}
+
+impl Drain {
+    /// Claim latencies, empty claims and anything refused, for the detail column.
+    fn detail(&self, batch: i64) -> String {
+        let mut s = format!(
+            "claim p50 {:.1} ms, p99 {:.1} ms (max_instances {batch}); {} of {} claims empty \
+             while instances were pending",
+            percentile(&self.latencies, 0.5),
+            percentile(&self.latencies, 0.99),
+            self.empty,
+            self.claims
+        );
+        if self.empty > 0 {
+            s.push_str(&format!(" (up to {} PENDING)", self.empty_max_left));
+        }
+        if self.claim_errors > 0 {
+            s.push_str(&format!(", {} claims answered non-2xx", self.claim_errors));
+        }
+        if self.refused > 0 {
+            s.push_str(&format!(", {} completions refused", self.refused));
+        }
+        s
+    }
+}
+
 async fn claim_complete(
     base: &str,
     n: i64,
+    tasks: i64,
     agents: usize,
     batch: i64,
     batched: bool,
 ) -> Result<[String; 4]> {
     let db = BenchDb::create(base, "claim").await?;
-    seed_pending(&db.pool, n, 100).await?;
+    seed_pending(&db.pool, n, tasks).await?;
     let server = start_server(&db, &[("KAIROS_DATABASE_MAX_CONNECTIONS", "20")]).await?;
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(64)
-        .build()?;
-    let latencies = Arc::new(std::sync::Mutex::new(Vec::<f64>::new()));
-    let started = Instant::now();
-    let mut workers = Vec::new();
-    for a in 0..agents {
-        let (client, url, latencies, pool) = (
-            client.clone(),
-            server.base.clone(),
-            latencies.clone(),
-            db.pool.clone(),
-        );
-        workers.push(tokio::spawn(async move {
-            let mut done = 0u64;
-            loop {
-                let t = Instant::now();
-                let resp: Value = client
-                    .post(format!("{url}/v1/claims"))
-                    .json(&json!({"agent_id": "bench_agent", "worker_id": format!("w{a}"), "max_instances": batch}))
-                    .send()
-                    .await?
-                    .json()
-                    .await?;
-                if let Ok(mut l) = latencies.lock() {
-                    l.push(t.elapsed().as_secs_f64() * 1000.0);
-                }
-                let items = resp["instances"].as_array().cloned().unwrap_or_default();
-                if items.is_empty() {
-                    // Empty can mean another agent holds the tasks right now: stop only when
-                    // nothing is left to claim.
-                    let left: i64 = sqlx::query_scalar("select count(*) from task_instance where status = 'PENDING'")
-                        .fetch_one(&pool)
-                        .await?;
-                    if left == 0 {
-                        return Ok::<u64, anyhow::Error>(done);
-                    }
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    continue;
-                }
-                if batched {
-                    let completions: Vec<Value> = items
-                        .iter()
-                        .map(|i| json!({"id": i["id"], "lease_token": i["lease_token"]}))
-                        .collect();
-                    let r: Value = client
-                        .post(format!("{url}/v1/completions"))
-                        .json(&json!({"completions": completions}))
-                        .send()
-                        .await?
-                        .json()
-                        .await?;
-                    done += r["results"]
-                        .as_array()
-                        .map(|a| a.iter().filter(|x| x["status"] == 200).count() as u64)
-                        .unwrap_or(0);
-                    continue;
-                }
-                for i in items {
-                    let id = i["id"].as_str().unwrap_or("");
-                    let r = client
-                        .post(format!("{url}/v1/instances/{id}/complete"))
-                        .json(&json!({"lease_token": i["lease_token"]}))
-                        .send()
-                        .await?;
-                    if r.status().is_success() {
-                        done += 1;
-                    }
-                }
-            }
-        }));
-    }
-    let mut done = 0;
-    for w in workers {
-        done += w.await??;
-    }
-    let secs = started.elapsed().as_secs_f64();
-    let mut l = latencies.lock().map(|l| l.clone()).unwrap_or_default();
-    l.sort_by(f64::total_cmp);
+    let d = drain(
+        &db.pool,
+        std::slice::from_ref(&server.base),
+        agents,
+        batch,
+        batched,
+    )
+    .await?;
     let success = count(
         &db.pool,
         "select count(*) from task_instance where status = 'SUCCESS'",
@@ -486,45 +732,54 @@ async fn claim_complete(
     if success != n {
         bail!("claim scenario: {success} of {n} succeeded");
     }
+    let mode = if batched { "batched" } else { "single" };
     Ok(row(
-        &format!("claim→complete over HTTP, {n} instances, {agents} agent(s)"),
-        format!("{:.0} instances/s", done as f64 / secs),
-        format!(
-            "claim latency p50 {:.1} ms, p99 {:.1} ms (max_instances {batch})",
-            percentile(&l, 0.5),
-            percentile(&l, 0.99)
+        &format!(
+            "claim→complete over HTTP, {n} instances over {tasks} task(s), {agents} agent(s), {mode}"
         ),
+        format!("{:.0} instances/s", d.done as f64 / d.secs),
+        d.detail(batch),
         if batched {
             "one POST /v1/completions per claimed batch (one commit)"
         } else {
-            "one complete request per instance"
+            "one complete request per instance, a claimed batch's all in flight at once"
         },
     ))
 }
 
-async fn fire_lag(base: &str, n: i64) -> Result<[String; 4]> {
+async fn fire_lag(base: &str, n: i64, minutes: u32, single: bool) -> Result<[String; 4]> {
     let db = BenchDb::create(base, "lag").await?;
+    // Second 0 of every minute, first at a minute boundary at least 15 s away (so the server
+    // is up before it).
     insert_tasks(
         &db.pool,
         n,
         "l",
-        json!({"type": "cron", "expr": "* * * * *", "timezone": "UTC"}),
+        json!({"type": "cron", "expr": "0 * * * * *", "timezone": "UTC"}),
         json!({}),
-        "date_trunc('minute', now()) + interval '1 minute'",
+        "date_trunc('minute', now() + interval '15 seconds') + interval '1 minute'",
     )
     .await?;
     let due: chrono::DateTime<chrono::Utc> =
         sqlx::query_scalar("select min(next_fire_at) from tasks")
             .fetch_one(&db.pool)
             .await?;
+    let last = due + chrono::Duration::minutes(i64::from(minutes) - 1);
+    let expected = n * i64::from(minutes);
     let server = start_server(&db, &[("KAIROS_DATABASE_MAX_CONNECTIONS", "20")]).await?;
-    let client = reqwest::Client::new();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client = agent_client(8 * 100)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(AtomicU64::new(0));
     let mut agents = Vec::new();
     for a in 0..8 {
-        let (client, url, stop) = (client.clone(), server.base.clone(), stop.clone());
+        let (client, url, stop, failures) = (
+            client.clone(),
+            server.base.clone(),
+            stop.clone(),
+            failures.clone(),
+        );
         agents.push(tokio::spawn(async move {
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) {
                 let resp: Value = match client
                     .post(format!("{url}/v1/claims"))
                     .json(&json!({"agent_id": "bench_agent", "worker_id": format!("lag{a}"), "max_instances": 100, "wait_seconds": 5}))
@@ -532,55 +787,96 @@ async fn fire_lag(base: &str, n: i64) -> Result<[String; 4]> {
                     .await
                 {
                     Ok(r) => r.json().await.unwrap_or(Value::Null),
-                    Err(_) => continue,
+                    Err(_) => {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
                 };
-                let completions: Vec<Value> = resp["instances"]
-                    .as_array()
-                    .map(|a| a.iter().map(|i| json!({"id": i["id"], "lease_token": i["lease_token"]})).collect())
-                    .unwrap_or_default();
-                if !completions.is_empty() {
-                    let _ = client
-                        .post(format!("{url}/v1/completions"))
-                        .json(&json!({"completions": completions}))
-                        .send()
-                        .await;
+                let items = resp["instances"].as_array().cloned().unwrap_or_default();
+                if items.is_empty() {
+                    continue;
+                }
+                let reported = if single {
+                    complete_each(&client, &url, items).await
+                } else {
+                    complete_batch(&client, &url, &items).await
+                };
+                match reported {
+                    Ok((_, 0)) => {}
+                    Ok((_, refused)) => {
+                        failures.fetch_add(refused, Ordering::Relaxed);
+                    }
+                    Err(_) => {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
         }));
     }
-    let wait = (due - chrono::Utc::now()).to_std().unwrap_or_default() + Duration::from_secs(1);
+    let mode = if single {
+        "single completes (concurrent)"
+    } else {
+        "batch completions"
+    };
+    let boundaries = if minutes == 1 {
+        "1 minute boundary".to_owned()
+    } else {
+        format!("{minutes} minute boundaries")
+    };
+    let wait = (due - chrono::Utc::now()).to_std().unwrap_or_default();
     println!(
-        "fire lag: waiting {:.0} s for the minute boundary",
+        "fire lag, {mode}: waiting {:.0} s for the first boundary ({boundaries})",
         wait.as_secs_f64()
     );
     tokio::time::sleep(wait).await;
-    let deadline = Instant::now() + Duration::from_secs(120);
+    // Until every window of every boundary started, or a minute after the last boundary.
+    let end = last + chrono::Duration::seconds(60);
     loop {
-        let started = count(
-            &db.pool,
-            "select count(*) from task_instance where started_at is not null",
+        let started: i64 = sqlx::query_scalar(
+            "select count(*) from task_instance where started_at is not null and scheduled_at <= $1",
         )
+        .bind(last)
+        .fetch_one(&db.pool)
         .await?;
-        if started >= n || Instant::now() > deadline {
+        if started >= expected || kairos::store::now(&db.pool).await? >= end {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
     let lags: Vec<f64> = sqlx::query_scalar(
         "select extract(epoch from started_at - scheduled_at)::float8 * 1000 from task_instance \
-         where started_at is not null order by 1",
+         where started_at is not null and scheduled_at <= $1 order by 1",
     )
+    .bind(last)
     .fetch_all(&db.pool)
+    .await?;
+    let (created, started, in_minute, skipped): (i64, i64, i64, i64) = sqlx::query_as(
+        "select count(*), count(started_at), \
+             count(*) filter (where started_at < scheduled_at + interval '60 seconds'), \
+             count(*) filter (where status = 'SKIPPED') \
+         from task_instance where scheduled_at <= $1",
+    )
+    .bind(last)
+    .fetch_one(&db.pool)
     .await?;
     for a in agents {
         let _ = tokio::time::timeout(Duration::from_secs(10), a).await;
     }
     drop(server);
     db.drop_db().await?;
+    let failures = failures.load(Ordering::Relaxed);
+    let mut notes =
+        "started_at − scheduled_at, database clock; max_instances 100, wait_seconds 5".to_owned();
+    if failures > 0 {
+        notes.push_str(&format!(
+            "; {failures} failed claim/complete requests or refused completions"
+        ));
+    }
     Ok(row(
         &format!(
-            "fire lag, {n} tasks on a per-minute cron, 8 agents long-polling, batch completions"
+            "fire lag, {n} tasks on `0 * * * * *`, {boundaries}, 8 agents long-polling, {mode}"
         ),
         format!(
             "p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
@@ -588,8 +884,182 @@ async fn fire_lag(base: &str, n: i64) -> Result<[String; 4]> {
             percentile(&lags, 0.99),
             lags.last().copied().unwrap_or(0.0)
         ),
-        format!("{} of {n} windows started", lags.len()),
-        "started_at − scheduled_at, database clock",
+        format!(
+            "{created} of {expected} windows created, {started} started ({in_minute} within their minute), \
+             {} unclaimed ({skipped} of them SKIPPED)",
+            created - started
+        ),
+        &notes,
+    ))
+}
+
+/// The push scenario's receiver: counts requests, answers success.
+async fn hook(
+    axum::extract::State(hits): axum::extract::State<Arc<AtomicU64>>,
+) -> axum::Json<Value> {
+    hits.fetch_add(1, Ordering::Relaxed);
+    axum::Json(json!({"status": "success"}))
+}
+
+async fn push(base: &str, n: i64, in_flight: usize) -> Result<[String; 4]> {
+    let db = BenchDb::create(base, "push").await?;
+    let hits = Arc::new(AtomicU64::new(0));
+    let app = axum::Router::new()
+        .route("/hook", axum::routing::post(hook))
+        .with_state(hits.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    let receiver = tokio::spawn(async move { axum::serve(listener, app).await });
+    let in_flight_env = in_flight.to_string();
+    let env = [
+        ("KAIROS_DATABASE_MAX_CONNECTIONS", "20"),
+        ("KAIROS_WEBHOOK_MAX_IN_FLIGHT", in_flight_env.as_str()),
+        ("KAIROS_WEBHOOK_MAX_PER_TASK", "100"),
+    ];
+    let server = start_server(&db, &env).await?;
+    // 100 instances per task, at most 50 tasks.
+    let tasks = ((n + 99) / 100).clamp(1, 50);
+    let client = reqwest::Client::new();
+    for t in 0..tasks {
+        let r = client
+            .put(format!("{}/v1/tasks/p{t}", server.base))
+            .json(&json!({
+                "agent_id": "bench_agent",
+                "trigger": {"type": "manual"},
+                "dispatch": {"mode": "webhook", "url": format!("http://127.0.0.1:{port}/hook"),
+                             "secret": "bench-secret-0123456789"},
+                "execution": {"concurrency_limit": 1000}
+            }))
+            .send()
+            .await?;
+        if !r.status().is_success() {
+            let status = r.status();
+            bail!(
+                "PUT /v1/tasks/p{t}: {status} {}",
+                r.text().await.unwrap_or_default()
+            );
+        }
+    }
+    // The pending instances and the work notification in one transaction.
+    let mut tx = db.pool.begin().await?;
+    sqlx::query(
+        "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, agent_id, \
+             max_attempts, available_at) \
+         select gen_random_uuid(), 'p' || (g % $2), 'w' || g, now(), 'PENDING', 'manual', 'bench_agent', 1, now() \
+         from generate_series(1, $1) g",
+    )
+    .bind(n)
+    .bind(tasks)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("select pg_notify($1, 'bench_agent')")
+        .bind(kairos::store::WORK_CHANNEL)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    let started = Instant::now();
+    let mut success = 0;
+    while started.elapsed() < Duration::from_secs(120) {
+        success = count(
+            &db.pool,
+            "select count(*) from task_instance where status = 'SUCCESS'",
+        )
+        .await?;
+        if success >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let by_status: Vec<(String, i64)> =
+        sqlx::query_as("select status, count(*) from task_instance group by 1 order by 1")
+            .fetch_all(&db.pool)
+            .await?;
+    drop(server);
+    receiver.abort();
+    db.drop_db().await?;
+    let hits = hits.load(Ordering::Relaxed);
+    let statuses = by_status
+        .iter()
+        .map(|(s, c)| format!("{c} {s}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let detail = if success >= n {
+        format!("all {n} SUCCESS in {secs:.2} s; receiver got {hits} requests")
+    } else {
+        format!("timed out after {secs:.0} s: {statuses}; receiver got {hits} requests")
+    };
+    Ok(row(
+        &format!("webhook push, {n} instances over {tasks} webhook tasks, local receiver"),
+        format!("{:.0} pushes/s", success as f64 / secs),
+        detail,
+        &format!(
+            "KAIROS_WEBHOOK_MAX_IN_FLIGHT={in_flight}, KAIROS_WEBHOOK_MAX_PER_TASK=100 \
+             (defaults 64 and 8), KAIROS_DATABASE_MAX_CONNECTIONS=20; timed from the insert's \
+             commit (with a NOTIFY kairos_work) to the last SUCCESS"
+        ),
+    ))
+}
+
+fn yes_no(ok: bool) -> &'static str {
+    if ok { "yes" } else { "NO" }
+}
+
+async fn replicas_trigger(base: &str, n: i64, k: usize) -> Result<[String; 4]> {
+    let r = trigger_run(base, &format!("rtrig{k}"), n, k).await?;
+    let creators = r
+        .by_creator
+        .iter()
+        .map(|(c, n)| format!("{c} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let once = r.windows == n && r.tasks_with_window == n;
+    let mut notes = format!(
+        "exactly once: {} ({} windows for {n} tasks, {} tasks with a window)",
+        yes_no(once),
+        r.windows,
+        r.tasks_with_window
+    );
+    if r.late {
+        notes.push_str("; the replicas were up only after the instant");
+    }
+    Ok(row(
+        &format!("replicas: trigger throughput, {n} tasks due at one instant, {k} replica(s)"),
+        format!("{:.0} windows/s", n as f64 / r.secs),
+        format!(
+            "all windows in {:.2} s (last row {:.2} s after the instant); by creator: {creators}",
+            r.secs, r.last
+        ),
+        &notes,
+    ))
+}
+
+async fn replicas_claim(base: &str, n: i64, k: usize) -> Result<[String; 4]> {
+    let db = BenchDb::create(base, &format!("rclaim{k}")).await?;
+    seed_pending(&db.pool, n, 100).await?;
+    let servers = start_servers(&db, k, &[("KAIROS_DATABASE_MAX_CONNECTIONS", "20")]).await?;
+    let urls: Vec<String> = servers.iter().map(|s| s.base.clone()).collect();
+    let d = drain(&db.pool, &urls, 16, 100, true).await?;
+    let (total, success, retried): (i64, i64, i64) = sqlx::query_as(
+        "select count(*), count(*) filter (where status = 'SUCCESS'), \
+             count(*) filter (where attempt <> 1) from task_instance",
+    )
+    .fetch_one(&db.pool)
+    .await?;
+    drop(servers);
+    db.drop_db().await?;
+    let once = total == n && success == n && retried == 0 && d.done == n as u64;
+    Ok(row(
+        &format!(
+            "replicas: claim→complete, {n} instances over 100 tasks, 16 agents round-robin over {k} replica(s), batched"
+        ),
+        format!("{:.0} instances/s", d.done as f64 / d.secs),
+        d.detail(100),
+        &format!(
+            "exactly once: {} ({success} of {n} SUCCESS, {retried} with attempt ≠ 1, {} completions accepted)",
+            yes_no(once),
+            d.done
+        ),
     ))
 }
 

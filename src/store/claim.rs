@@ -20,6 +20,12 @@
 //!    RUNNING row took meanwhile, and moves one chosen row per remaining permit to RUNNING, also
 //!    never past `limit - running`. Nobody else can commit a reserved permit while it is
 //!    reserved, so the unique index is a safety net that never fires.
+//!
+//! Tasks with `overlap: queue` are claimed in window order (CONTRACT §4): a claimer takes a
+//! row of such a task only when no older available PENDING row of it is outside the claim,
+//! since a concurrent claimer holding the older row might not get a permit for it. Concurrent
+//! claimers of one queue task therefore take turns (the later finds the older rows still
+//! pending and takes none of that task this time); other tasks' claimers run side by side.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -192,9 +198,10 @@ impl CandidateRow {
 /// Step 1: lock candidates and choose fairly among them. Returns the chosen rows in claim order.
 async fn pick(conn: &mut PgConnection, scope: ClaimScope<'_>, max: usize) -> Result<Vec<Chosen>> {
     if let ClaimScope::Agent { agent_id, .. } = scope {
-        // The head: enough rows that a few full tasks do not starve the pick, few enough that a
-        // claimer locks little it will not take.
-        let scan = (max * 2).max(16);
+        // The head: as many rows as the claim takes (a few more for tiny claims). Every row read
+        // is locked until the claim commits, so reading more only hides rows from other
+        // claimers; when the head cannot settle the pick, the per-task look below takes over.
+        let scan = max.max(8);
         let head = read_head(conn, agent_id, scan).await?;
         let cands: Vec<Candidate<Uuid>> = head.iter().map(CandidateRow::candidate).collect();
         let p = fair_pick(&cands, max);
@@ -271,7 +278,7 @@ async fn read_head(
 
 /// Every eligible task's oldest available PENDING rows (locked, skipping rows other claimers
 /// hold): at most its room, and at most `share` rows (by default the claim divided evenly
-/// over the tasks that have work, plus one). The eligible tasks (one agent's, or the webhook
+/// over the tasks that have work, rounded up). The eligible tasks (one agent's, or the webhook
 /// tasks) drive the look, whatever the planner thinks of the instance table's size.
 async fn read_per_task(
     conn: &mut PgConnection,
@@ -297,7 +304,8 @@ async fn read_per_task(
                  where r.task_id = b.id and r.status = 'RUNNING') as room \
              from busy b \
          ), fair as ( \
-             select coalesce($4::bigint, $3::bigint / greatest(count(*), 1) + 1) as share \
+             select coalesce($4::bigint, ($3::bigint + greatest(count(*), 1) - 1) / greatest(count(*), 1)) \
+                 as share \
              from room where room > 0 \
          ) \
          select c.id, c.task_id, room.room, room.lim from room cross join fair \
@@ -389,7 +397,8 @@ async fn take(
          ), t as ( \
              select t.id, least({TASK_LIMIT_SQL}, $2) as lim, {TASK_TIMEOUT_SQL} as timeout, \
                  coalesce(t.spec->'context', '{{}}'::jsonb) as context, \
-                 t.spec->'dispatch' as dispatch \
+                 t.spec->'dispatch' as dispatch, \
+                 t.spec->'execution'->>'overlap' = 'queue' as in_order \
              from tasks t \
              where t.id in (select task_id from mine) and not t.paused and t.dispatch_mode = $3 \
          ), running as ( \
@@ -407,6 +416,12 @@ async fn take(
                  row_number() over ( \
                      partition by m.task_id order by m.available_at, m.scheduled_at, m.id) as rn \
              from mine m join t on t.id = m.task_id left join running r on r.task_id = m.task_id \
+             where not t.in_order or not exists ( \
+                 select 1 from task_instance o \
+                 where o.task_id = m.task_id and o.status = 'PENDING' and o.available_at <= now() \
+                   and (o.available_at, o.scheduled_at, o.id) \
+                       < (m.available_at, m.scheduled_at, m.id) \
+                   and o.id <> all($1)) \
          ), chosen as ( \
              select k.id, k.timeout, h.slot from ranked k \
              join held h on h.task_id = k.task_id and h.k = k.rn \
