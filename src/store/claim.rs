@@ -123,6 +123,15 @@ impl ClaimScope<'_> {
 const TASK_LIMIT_SQL: &str = "coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1)";
 const TASK_TIMEOUT_SQL: &str = "coalesce((t.spec->'execution'->>'timeout_seconds')::bigint, 600)";
 
+/// For `overlap: queue` tasks (`t` the tasks alias, `m` a chosen row, `$1` the chosen ids): no
+/// older available PENDING row of the task is outside this claim. Such a row may be held by a
+/// concurrent claimer; taking a newer one would break window order.
+const IN_ORDER_SQL: &str = "(coalesce(t.spec->'execution'->>'overlap', '') <> 'queue' \
+     or not exists (select 1 from task_instance o \
+         where o.task_id = m.task_id and o.status = 'PENDING' and o.available_at <= now() \
+           and (o.available_at, o.scheduled_at, o.id) < (m.available_at, m.scheduled_at, m.id) \
+           and o.id <> all($1)))";
+
 /// Claim up to `max_instances` PENDING instances of `agent_id` (see [`claim_scoped`]).
 pub async fn claim(pool: &PgPool, req: &ClaimRequest, actor: &str) -> Result<Vec<Claimed>> {
     let scope = ClaimScope::Agent {
@@ -349,21 +358,33 @@ async fn reserve_permits(conn: &mut PgConnection, chosen: &[Chosen]) -> Result<V
         .iter()
         .map(|w| i32::try_from(rand::random::<u32>() % w.2.max(1).unsigned_abs()).unwrap_or(0))
         .collect();
-    // CASE fixes the order: a permit held by a committed row is never locked in passing.
-    sqlx::query_as(
-        "select c.task_id, p.slot from unnest($1::text[], $2::int[], $3::int[], $4::int[]) \
-             as c(task_id, want, lim, off) \
+    let ids: Vec<Uuid> = chosen.iter().map(|c| c.id).collect();
+    // How many rows of each task may be taken (window order for queue tasks, in this fresh
+    // snapshot), then that many free permits each. CASE fixes the order of the checks: a
+    // permit held by a committed row is never locked in passing.
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "with m as ( \
+             select i.id, i.task_id, i.available_at, i.scheduled_at from task_instance i \
+             where i.id = any($1) and i.status = 'PENDING' \
+         ), gated as ( \
+             select m.task_id, count(*)::int as n from m join tasks t on t.id = m.task_id \
+             where {IN_ORDER_SQL} group by m.task_id \
+         ) \
+         select c.task_id, p.slot \
+         from unnest($2::text[], $3::int[], $4::int[], $5::int[]) as c(task_id, want, lim, off) \
+         join gated g on g.task_id = c.task_id \
          cross join lateral ( \
-             select (g.n + c.off) % c.lim as slot from generate_series(0, c.lim - 1) as g(n) \
+             select (x.n + c.off) % c.lim as slot from generate_series(0, c.lim - 1) as x(n) \
              where case when exists (select 1 from task_instance r \
                                      where r.task_id = c.task_id and r.status = 'RUNNING' \
-                                       and r.run_slot = (g.n + c.off) % c.lim) \
+                                       and r.run_slot = (x.n + c.off) % c.lim) \
                         then false \
-                        else pg_try_advisory_xact_lock(hashtext(c.task_id), (g.n + c.off) % c.lim) \
+                        else pg_try_advisory_xact_lock(hashtext(c.task_id), (x.n + c.off) % c.lim) \
                    end \
-             limit c.want \
-         ) p",
-    )
+             limit least(c.want, g.n) \
+         ) p"
+    )))
+    .bind(&ids)
     .bind(&tasks)
     .bind(&counts)
     .bind(&lims)
@@ -374,7 +395,8 @@ async fn reserve_permits(conn: &mut PgConnection, chosen: &[Chosen]) -> Result<V
 }
 
 /// Step 3: with the reserved permits, claim the chosen rows of each task (oldest first), one
-/// per permit still free in a fresh snapshot, never past `limit - running`. The claim event lives on the row (`claimed_by`).
+/// per permit still free in a fresh snapshot, never past `limit - running`, in window order
+/// for queue tasks. The claim event lives on the row (`claimed_by`).
 async fn take(
     conn: &mut PgConnection,
     scope: ClaimScope<'_>,
@@ -390,6 +412,7 @@ async fn take(
         ClaimScope::Agent { lease_seconds, .. } => Some(lease_seconds as f64),
         ClaimScope::Webhook { .. } => None,
     };
+    let in_order_tq = IN_ORDER_SQL.replace("t.spec", "tq.spec");
     let sql = format!(
         "with mine as ( \
              select i.id, i.task_id, i.available_at, i.scheduled_at from task_instance i \
@@ -397,8 +420,7 @@ async fn take(
          ), t as ( \
              select t.id, least({TASK_LIMIT_SQL}, $2) as lim, {TASK_TIMEOUT_SQL} as timeout, \
                  coalesce(t.spec->'context', '{{}}'::jsonb) as context, \
-                 t.spec->'dispatch' as dispatch, \
-                 t.spec->'execution'->>'overlap' = 'queue' as in_order \
+                 t.spec->'dispatch' as dispatch \
              from tasks t \
              where t.id in (select task_id from mine) and not t.paused and t.dispatch_mode = $3 \
          ), running as ( \
@@ -416,12 +438,8 @@ async fn take(
                  row_number() over ( \
                      partition by m.task_id order by m.available_at, m.scheduled_at, m.id) as rn \
              from mine m join t on t.id = m.task_id left join running r on r.task_id = m.task_id \
-             where not t.in_order or not exists ( \
-                 select 1 from task_instance o \
-                 where o.task_id = m.task_id and o.status = 'PENDING' and o.available_at <= now() \
-                   and (o.available_at, o.scheduled_at, o.id) \
-                       < (m.available_at, m.scheduled_at, m.id) \
-                   and o.id <> all($1)) \
+             join tasks tq on tq.id = m.task_id \
+             where {in_order_tq} \
          ), chosen as ( \
              select k.id, k.timeout, h.slot from ranked k \
              join held h on h.task_id = k.task_id and h.k = k.rn \
