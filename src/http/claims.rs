@@ -24,6 +24,10 @@ pub const MAX_INSTANCES_PER_CLAIM: i64 = 100;
 /// While work exists that cannot be claimed yet (paused task, concurrency limit), look again at
 /// least this often even without a notification.
 const FALLBACK_POLL: Duration = Duration::from_secs(1);
+/// When a claim came back empty although work is available now (other claimers held it, or
+/// won the last permits), look again this soon, doubling up to [`FALLBACK_POLL`]: in a burst
+/// the rows others hold are mostly taken within milliseconds, and what they leave is due now.
+const FIRST_RELOOK: Duration = Duration::from_millis(10);
 
 pub fn routes(t: RouteTable) -> RouteTable {
     t.add("post", "/v1/claims", post(claim))
@@ -73,6 +77,7 @@ async fn claim(
     check_agent(&principal, &req.agent_id)?;
     let deadline = Instant::now() + Duration::from_secs(wait.unsigned_abs());
     let actor = format!("agent:{}", req.worker_id);
+    let mut relook = FIRST_RELOOK;
 
     loop {
         // Subscribe before looking, so a notification between the look and the wait is kept.
@@ -98,7 +103,9 @@ async fn claim(
         if let Some(next) = next {
             let delta = (next - db_now).to_std().unwrap_or(Duration::ZERO);
             let at = if delta.is_zero() {
-                now + FALLBACK_POLL
+                let at = now + relook;
+                relook = (relook * 2).min(FALLBACK_POLL);
+                at
             } else {
                 now + delta
             };
