@@ -239,7 +239,7 @@ impl WebhookDispatcher {
             error: reason.clone(),
             retryable: true,
             error_kind: "dispatch",
-            actor,
+            actor: Some(actor),
         };
         match self.group.fail(report).await {
             Ok(after) => {

@@ -733,6 +733,8 @@ pub struct RunningAttempt {
     pub attempt: i32,
     pub max_attempts: i32,
     pub lease_token: Uuid,
+    /// The worker holding the lease.
+    pub worker_id: Option<String>,
     /// The task's `execution.retry_backoff`, or null when the task was deleted.
     pub retry_backoff: Option<Json<Value>>,
     /// `lease_expired` or `timeout` for reaped rows; null otherwise.
@@ -744,7 +746,7 @@ pub struct RunningAttempt {
 pub async fn lock_expired(conn: &mut PgConnection, limit: i64) -> Result<Vec<RunningAttempt>> {
     sqlx::query_as(
         "select i.id, i.task_id, i.window_key, i.agent_id, i.attempt, i.max_attempts, \
-             i.lease_token, t.spec->'execution'->'retry_backoff' as retry_backoff, \
+             i.lease_token, i.worker_id, t.spec->'execution'->'retry_backoff' as retry_backoff, \
              case when i.deadline_at < now() then 'timeout' else 'lease_expired' end as expiry \
          from task_instance i left join tasks t on t.id = i.task_id \
          where i.status = 'RUNNING' and least(i.lease_expires_at, i.deadline_at) < now() \
@@ -1010,7 +1012,8 @@ pub struct FailureReport {
     pub error: String,
     pub retryable: bool,
     pub error_kind: &'static str,
-    pub actor: String,
+    /// Who reports it (the event actor); `agent:<worker_id>` of the lease holder when `None`.
+    pub actor: Option<String>,
 }
 
 /// Record many reported failures in the caller's transaction: each locks its RUNNING row
@@ -1024,7 +1027,7 @@ pub(super) async fn fail_in(
     let tokens: Vec<Uuid> = items.iter().map(|f| f.lease_token).collect();
     let running: Vec<RunningAttempt> = sqlx::query_as(
         "select i.id, i.task_id, i.window_key, i.agent_id, i.attempt, i.max_attempts, \
-             i.lease_token, t.spec->'execution'->'retry_backoff' as retry_backoff, \
+             i.lease_token, i.worker_id, t.spec->'execution'->'retry_backoff' as retry_backoff, \
              null::text as expiry \
          from unnest($1::uuid[], $2::uuid[]) as f(id, token) \
          join task_instance i on i.id = f.id and i.status = 'RUNNING' and i.lease_token = f.token \
@@ -1038,7 +1041,7 @@ pub(super) async fn fail_in(
     .await
     .map_err(map_db_error)?;
     // Each locked attempt fails once, as its first report says; actors group the writes.
-    let mut by_actor: Vec<(&str, Vec<Failure>)> = Vec::new();
+    let mut by_actor: Vec<(String, Vec<Failure>)> = Vec::new();
     let mut planned: std::collections::HashSet<Uuid> = std::collections::HashSet::new();
     for item in items {
         let Some(a) = running.iter().find(|a| a.id == item.id) else {
@@ -1054,14 +1057,17 @@ pub(super) async fn fail_in(
             item.error_kind,
             rand::random::<f64>(),
         );
-        match by_actor.iter_mut().find(|(actor, _)| *actor == item.actor) {
+        let actor = item.actor.clone().unwrap_or_else(|| {
+            format!("agent:{}", a.worker_id.as_deref().unwrap_or("unknown"))
+        });
+        match by_actor.iter_mut().find(|(known, _)| *known == actor) {
             Some((_, list)) => list.push(failure),
-            None => by_actor.push((item.actor.as_str(), vec![failure])),
+            None => by_actor.push((actor, vec![failure])),
         }
     }
     let mut written = Vec::new();
     for (actor, failures) in by_actor {
-        written.extend(record_failures(conn, &failures, actor).await?);
+        written.extend(record_failures(conn, &failures, &actor).await?);
     }
     let mut tasks: Vec<&str> = written.iter().map(|i| i.task_id.as_str()).collect();
     tasks.sort_unstable();
