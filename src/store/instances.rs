@@ -1057,9 +1057,10 @@ pub(super) async fn fail_in(
             item.error_kind,
             rand::random::<f64>(),
         );
-        let actor = item.actor.clone().unwrap_or_else(|| {
-            format!("agent:{}", a.worker_id.as_deref().unwrap_or("unknown"))
-        });
+        let actor = item
+            .actor
+            .clone()
+            .unwrap_or_else(|| format!("agent:{}", a.worker_id.as_deref().unwrap_or("unknown")));
         match by_actor.iter_mut().find(|(known, _)| *known == actor) {
             Some((_, list)) => list.push(failure),
             None => by_actor.push((actor, vec![failure])),
