@@ -61,6 +61,17 @@ fn s(v: &Value, key: &str) -> String {
     v[key].as_str().unwrap_or_default().to_owned()
 }
 
+/// POST an instance action and expect 200; returns the answer.
+async fn act(app: &TestApp, id: &str, action: &str, body: Value) -> Value {
+    let (status, answer) = json(
+        app.post(&format!("/v1/instances/{id}/{action}"), body)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{action} {id}: {answer}");
+    answer
+}
+
 async fn manual_task(app: &TestApp, id: &str, agent: &str) {
     let (status, body) = json(
         app.put(
@@ -100,15 +111,13 @@ async fn every_transition_path_shows_its_events_in_order(pool: PgPool) {
     let id = trigger(&app, "h", "ok").await;
     let c = claim_one(&app, "ha", "w1", 60).await;
     assert_eq!(s(&c, "id"), id);
-    let (status, _) = json(
-        app.post(
-            &format!("/v1/instances/{id}/complete"),
-            json!({"lease_token": c["lease_token"]}),
-        )
-        .await,
+    act(
+        &app,
+        &id,
+        "complete",
+        json!({"lease_token": c["lease_token"]}),
     )
     .await;
-    assert_eq!(status, 200);
     assert_eq!(
         history(&app, &id).await,
         vec![
@@ -162,15 +171,13 @@ async fn every_transition_path_shows_its_events_in_order(pool: PgPool) {
     end_backoffs(&pool).await;
     assert_eq!(scanner.run_once().await.expect("scan").num_retried, 1);
     let c3 = claim_one(&app, "ha", "w3", 60).await;
-    let (status, _) = json(
-        app.post(
-            &format!("/v1/instances/{id}/complete"),
-            json!({"lease_token": c3["lease_token"]}),
-        )
-        .await,
+    act(
+        &app,
+        &id,
+        "complete",
+        json!({"lease_token": c3["lease_token"]}),
     )
     .await;
-    assert_eq!(status, 200);
     assert_eq!(
         history(&app, &id).await,
         vec![
