@@ -84,13 +84,15 @@ impl GroupCommit {
 
     async fn call(&self, op: impl FnOnce(Reply) -> Op) -> Result<Instance> {
         let (reply, answer) = oneshot::channel();
+        // A stopped committer (shutdown) is the database being unavailable to this call: 503,
+        // never a 409 that would tell an agent its lease is gone.
         self.tx
             .send(op(reply))
             .await
-            .map_err(|_| Error::Stale("the group committer has stopped".to_owned()))?;
+            .map_err(|_| Error::Db(sqlx::Error::PoolClosed))?;
         answer
             .await
-            .map_err(|_| Error::Stale("the group committer dropped the call".to_owned()))?
+            .map_err(|_| Error::Db(sqlx::Error::PoolClosed))?
     }
 }
 
@@ -181,8 +183,8 @@ async fn run_batch(pool: &PgPool, ops: Vec<Op>) {
         }
     }
     for (op, answer) in ops.into_iter().zip(answers) {
-        let answer =
-            answer.unwrap_or_else(|| Err(Error::Stale("the outcome is unknown".to_owned())));
+        // Written, but why a compare-and-swap missed could not be read back: unavailable.
+        let answer = answer.unwrap_or_else(|| Err(Error::Db(sqlx::Error::PoolClosed)));
         reply(op, answer);
     }
 }
