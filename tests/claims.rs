@@ -6,7 +6,7 @@ mod common;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use common::{TestApp, eventually, json};
+use common::{TestApp, claim, eventually, json};
 use kairos::app::Options;
 use kairos::services::Heartbeats;
 use kairos::services::retry_scanner::{RetryScanner, RetryScannerConfig};
@@ -44,16 +44,6 @@ async fn pending(pool: &PgPool, task: &str, agent: &str, n: i32, max_attempts: i
     .execute(pool)
     .await
     .expect("insert pending");
-}
-
-async fn claim(app: &TestApp, agent: &str, worker: &str, max: i64, extra: Value) -> Vec<Value> {
-    let mut body = json!({"agent_id": agent, "worker_id": worker, "max_instances": max});
-    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
-        b.extend(e.clone());
-    }
-    let (status, resp) = json(app.post("/v1/claims", body).await).await;
-    assert_eq!(status, 200, "{resp}");
-    resp["instances"].as_array().cloned().unwrap_or_default()
 }
 
 fn id_of(i: &Value) -> String {

@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::{HashMap, HashSet};
 
-use common::{TestApp, json};
+use common::{TestApp, backlog, claim, json};
 use kairos::store::claim::{ClaimScope, claim_scoped};
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -17,38 +17,6 @@ async fn put_task(app: &TestApp, id: &str, body: Value) {
 
 fn manual(agent: &str, execution: Value) -> Value {
     json!({"agent_id": agent, "trigger": {"type": "manual"}, "execution": execution})
-}
-
-/// Insert `n` PENDING instances of `task`, `age_s` seconds old and older, oldest first.
-async fn backlog(pool: &PgPool, task: &str, agent: &str, n: i32, age_s: i32) {
-    sqlx::query(
-        "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
-             agent_id, max_attempts, available_at) \
-         select gen_random_uuid(), $1, 'b' || lpad(g::text, 6, '0'), \
-             now() - make_interval(secs => $4) + g * interval '1 millisecond', 'PENDING', \
-             'manual', $2, 1, now() - make_interval(secs => $4) + g * interval '1 millisecond' \
-         from generate_series(1, $3) g",
-    )
-    .bind(task)
-    .bind(agent)
-    .bind(n)
-    .bind(f64::from(age_s))
-    .execute(pool)
-    .await
-    .expect("insert backlog");
-}
-
-async fn claim(app: &TestApp, agent: &str, worker: &str, max: i64) -> Vec<Value> {
-    let (status, resp) = json(
-        app.post(
-            "/v1/claims",
-            json!({"agent_id": agent, "worker_id": worker, "max_instances": max}),
-        )
-        .await,
-    )
-    .await;
-    assert_eq!(status, 200, "{resp}");
-    resp["instances"].as_array().cloned().unwrap_or_default()
 }
 
 fn task_of(i: &Value) -> String {
@@ -79,12 +47,12 @@ async fn a_task_at_its_concurrency_limit_does_not_hide_the_agents_other_tasks(po
     let (status, body) = json(app.post("/v1/tasks/o/trigger", json!({})).await).await;
     assert_eq!(status, 201, "{body}");
 
-    let first = claim(&app, "fa", "w1", 1).await;
+    let first = claim(&app, "fa", "w1", 1, json!({})).await;
     assert_eq!(first.len(), 1);
     assert_eq!(task_of(&first[0]), "q");
     assert_eq!(first[0]["window_key"], "q00", "oldest window of q first");
 
-    let second = claim(&app, "fa", "w2", 5).await;
+    let second = claim(&app, "fa", "w2", 5, json!({})).await;
     let tasks: Vec<String> = second.iter().map(task_of).collect();
     assert_eq!(
         tasks,
@@ -93,14 +61,14 @@ async fn a_task_at_its_concurrency_limit_does_not_hide_the_agents_other_tasks(po
     );
 
     // Nothing else is claimable: q is still at its limit.
-    assert!(claim(&app, "fa", "w3", 5).await.is_empty());
+    assert!(claim(&app, "fa", "w3", 5, json!({})).await.is_empty());
 }
 
 #[sqlx::test]
 async fn a_paused_task_with_a_backlog_does_not_hide_other_work(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     put_task(&app, "p", manual("fp", json!({"concurrency_limit": 100}))).await;
-    backlog(&pool, "p", "fp", 500, 3600).await;
+    backlog(&pool, "p", "fp", 500, 3600, 1).await;
     let (status, body) = json(
         app.post("/v1/tasks/p/pause", json!({"reason": "hold"}))
             .await,
@@ -108,9 +76,9 @@ async fn a_paused_task_with_a_backlog_does_not_hide_other_work(pool: PgPool) {
     .await;
     assert_eq!(status, 200, "{body}");
     put_task(&app, "o", manual("fp", json!({}))).await;
-    backlog(&pool, "o", "fp", 1, 1).await;
+    backlog(&pool, "o", "fp", 1, 1, 1).await;
 
-    let got = claim(&app, "fp", "w", 10).await;
+    let got = claim(&app, "fp", "w", 10, json!({})).await;
     let tasks: Vec<String> = got.iter().map(task_of).collect();
     assert_eq!(tasks, vec!["o".to_owned()]);
 }
@@ -126,15 +94,15 @@ async fn fifty_tasks_where_one_holds_a_10k_backlog_each_get_a_slot_in_the_first_
         manual("fb", json!({"concurrency_limit": 1000})),
     )
     .await;
-    backlog(&pool, "big", "fb", 10_000, 7200).await;
+    backlog(&pool, "big", "fb", 10_000, 7200, 1).await;
     for k in 0..49 {
         let id = format!("small{k:02}");
         put_task(&app, &id, manual("fb", json!({}))).await;
         // Newer than every row of the backlog.
-        backlog(&pool, &id, "fb", 1, 60).await;
+        backlog(&pool, &id, "fb", 1, 60, 1).await;
     }
 
-    let got = claim(&app, "fb", "w1", 100).await;
+    let got = claim(&app, "fb", "w1", 100, json!({})).await;
     assert_eq!(got.len(), 100);
     let mut per_task: HashMap<String, usize> = HashMap::new();
     for i in &got {
@@ -165,7 +133,7 @@ async fn fifty_tasks_where_one_holds_a_10k_backlog_each_get_a_slot_in_the_first_
     .await
     .expect("insert late window");
     // small00 is at its limit (1 RUNNING): its late window must wait, the backlog goes on.
-    let next = claim(&app, "fb", "w2", 10).await;
+    let next = claim(&app, "fb", "w2", 10, json!({})).await;
     assert!(next.iter().all(|i| task_of(i) == "big"), "{next:?}");
 }
 
@@ -178,11 +146,11 @@ async fn concurrent_claimers_drain_a_backlog_and_fifty_tasks_exactly_once(pool: 
         manual("fc", json!({"concurrency_limit": 1000})),
     )
     .await;
-    backlog(&pool, "big", "fc", 2_000, 7200).await;
+    backlog(&pool, "big", "fc", 2_000, 7200, 1).await;
     for k in 0..50 {
         let id = format!("t{k:02}");
         put_task(&app, &id, manual("fc", json!({"concurrency_limit": 5}))).await;
-        backlog(&pool, &id, "fc", 10, 60).await;
+        backlog(&pool, &id, "fc", 10, 60, 1).await;
     }
     let total = 2_000 + 50 * 10;
     let mut workers = Vec::new();
@@ -192,7 +160,7 @@ async fn concurrent_claimers_drain_a_backlog_and_fifty_tasks_exactly_once(pool: 
             let mut seen = Vec::new();
             let mut empty = 0;
             while empty < 3 {
-                let got = claim(&app, "fc", &format!("w{w}"), 50).await;
+                let got = claim(&app, "fc", &format!("w{w}"), 50, json!({})).await;
                 if got.is_empty() {
                     empty += 1;
                     continue;
@@ -244,15 +212,15 @@ async fn the_webhook_dispatcher_claims_fairly_across_tasks(pool: PgPool) {
         })
     };
     put_task(&app, "hbig", hook("ha")).await;
-    backlog(&pool, "hbig", "ha", 3_000, 7200).await;
+    backlog(&pool, "hbig", "ha", 3_000, 7200, 1).await;
     for k in 0..10 {
         let id = format!("hsmall{k}");
         put_task(&app, &id, hook("hb")).await;
-        backlog(&pool, &id, "hb", 2, 60).await;
+        backlog(&pool, &id, "hb", 2, 60, 1).await;
     }
     // A poll task's work is not the dispatcher's.
     put_task(&app, "polled", manual("ha", json!({}))).await;
-    backlog(&pool, "polled", "ha", 5, 9000).await;
+    backlog(&pool, "polled", "ha", 5, 9000, 1).await;
 
     let got = claim_scoped(
         &pool,

@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{TestApp, json};
+use common::{TestApp, backlog, claim, json};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
@@ -21,28 +21,10 @@ async fn setup(app: &TestApp, pool: &PgPool, n: i32) -> Vec<Value> {
     )
     .await;
     assert_eq!(status, 201, "{body}");
-    sqlx::query(
-        "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
-             agent_id, max_attempts, available_at) \
-         select gen_random_uuid(), 'g', 'w' || lpad(g::text, 4, '0'), now(), 'PENDING', \
-             'manual', 'ga', 2, now() from generate_series(1, $1) g",
-    )
-    .bind(n)
-    .execute(pool)
-    .await
-    .expect("insert");
+    backlog(pool, "g", "ga", n, 60, 2).await;
     let mut all = Vec::new();
     while all.len() < n as usize {
-        let (status, body) = json(
-            app.post(
-                "/v1/claims",
-                json!({"agent_id": "ga", "worker_id": "w", "max_instances": 100}),
-            )
-            .await,
-        )
-        .await;
-        assert_eq!(status, 200, "{body}");
-        let got = body["instances"].as_array().cloned().unwrap_or_default();
+        let got = claim(app, "ga", "w", 100, json!({})).await;
         assert!(!got.is_empty(), "claims ran dry at {}", all.len());
         all.extend(got);
     }

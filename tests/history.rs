@@ -37,16 +37,8 @@ fn ev(from: &str, to: &str, attempt: i64, actor: &str) -> (String, String, i64, 
 }
 
 async fn claim_one(app: &TestApp, agent: &str, worker: &str, lease: i64) -> Value {
-    let (status, body) = json(
-        app.post(
-            "/v1/claims",
-            json!({"agent_id": agent, "worker_id": worker, "max_instances": 1, "lease_seconds": lease}),
-        )
-        .await,
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    body["instances"][0].clone()
+    let got = common::claim(app, agent, worker, 1, json!({"lease_seconds": lease})).await;
+    got.into_iter().next().unwrap_or(Value::Null)
 }
 
 /// Let every backoff end now, so the retry scanner takes the FAILED rows at once.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
-use common::{TestApp, json};
+use common::{TestApp, backlog, json};
 use kairos::services::Heartbeats;
 use kairos::services::timeout_reaper::{TimeoutReaper, TimeoutReaperConfig};
 use serde_json::{Value, json};
@@ -33,16 +33,7 @@ async fn thirty_two_claimers_never_exceed_the_limit_while_completes_fails_reaps_
     )
     .await;
     assert_eq!(status, 201, "{body}");
-    sqlx::query(
-        "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
-             agent_id, max_attempts, available_at) \
-         select gen_random_uuid(), 'lim', 'w' || lpad(g::text, 4, '0'), now(), 'PENDING', \
-             'manual', 'la', 1, now() \
-         from generate_series(1, 400) g",
-    )
-    .execute(&pool)
-    .await
-    .expect("insert");
+    backlog(&pool, "lim", "la", 400, 60, 1).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let worst = Arc::new(AtomicI64::new(0));

@@ -33,7 +33,7 @@ use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::instances::InstanceRow;
+use super::instances::{INSTANCE_COLUMNS, InstanceRow};
 use super::{Result, map_db_error};
 use crate::domain::claim::{Candidate, Pick, fair_pick};
 use crate::domain::instance::Instance;
@@ -220,16 +220,15 @@ async fn pick(conn: &mut PgConnection, scope: ClaimScope<'_>, max: usize) -> Res
     }
     // Per task: first a fair share of each task's oldest rows; if some task may have had more
     // to give and the claim is not full, once more with the whole claim as the share.
-    let mut share = None;
-    loop {
-        let rows = read_per_task(conn, scope, max, share).await?;
-        let cands: Vec<Candidate<Uuid>> = rows.iter().map(CandidateRow::candidate).collect();
-        let p = fair_pick(&cands, max);
-        if share.is_some() || p.chosen.len() >= max || p.tasks_at_cap.is_empty() {
-            return Ok(chosen_of(&rows, &p));
-        }
-        share = Some(max);
+    let rows = read_per_task(conn, scope, max, None).await?;
+    let cands: Vec<Candidate<Uuid>> = rows.iter().map(CandidateRow::candidate).collect();
+    let p = fair_pick(&cands, max);
+    if p.chosen.len() >= max || p.tasks_at_cap.is_empty() {
+        return Ok(chosen_of(&rows, &p));
     }
+    let rows = read_per_task(conn, scope, max, Some(max)).await?;
+    let cands: Vec<Candidate<Uuid>> = rows.iter().map(CandidateRow::candidate).collect();
+    Ok(chosen_of(&rows, &fair_pick(&cands, max)))
 }
 
 /// A row chosen by the pick, with its task and the task's limit.
@@ -395,8 +394,10 @@ async fn reserve_permits(conn: &mut PgConnection, chosen: &[Chosen]) -> Result<V
 }
 
 /// Step 3: with the reserved permits, claim the chosen rows of each task (oldest first), one
-/// per permit still free in a fresh snapshot, never past `limit - running`, in window order
-/// for queue tasks. The claim event lives on the row (`claimed_by`).
+/// per permit still free in a fresh snapshot, never past `limit - running`. Window order for
+/// queue tasks needs no second look: rows that pass the order check are the oldest of the
+/// claim's rows of their task, and step 2 reserved no more permits than there are such rows.
+/// The claim event lives on the row (`claimed_by`).
 async fn take(
     conn: &mut PgConnection,
     scope: ClaimScope<'_>,
@@ -412,34 +413,32 @@ async fn take(
         ClaimScope::Agent { lease_seconds, .. } => Some(lease_seconds as f64),
         ClaimScope::Webhook { .. } => None,
     };
-    let in_order_tq = IN_ORDER_SQL.replace("t.spec", "tq.spec");
     let sql = format!(
         "with mine as ( \
              select i.id, i.task_id, i.available_at, i.scheduled_at from task_instance i \
              where i.id = any($1) and i.status = 'PENDING' \
          ), t as ( \
-             select t.id, least({TASK_LIMIT_SQL}, $2) as lim, {TASK_TIMEOUT_SQL} as timeout, \
+             select t.id as task, least({TASK_LIMIT_SQL}, $2) as lim, \
+                 {TASK_TIMEOUT_SQL} as timeout, \
                  coalesce(t.spec->'context', '{{}}'::jsonb) as context, \
                  t.spec->'dispatch' as dispatch \
              from tasks t \
              where t.id in (select task_id from mine) and not t.paused and t.dispatch_mode = $3 \
          ), running as ( \
              select task_id, count(*) as n from task_instance \
-             where status = 'RUNNING' and task_id in (select id from t) group by task_id \
+             where status = 'RUNNING' and task_id in (select task from t) group by task_id \
          ), held as ( \
              select p.task_id, p.slot, row_number() over ( \
                  partition by p.task_id order by p.slot) as k \
              from unnest($7::text[], $8::int[]) as p(task_id, slot) \
-             join t on t.id = p.task_id \
+             join t on t.task = p.task_id \
              where p.slot < t.lim and not exists (select 1 from task_instance r \
                  where r.task_id = p.task_id and r.status = 'RUNNING' and r.run_slot = p.slot) \
          ), ranked as ( \
              select m.id, m.task_id, t.timeout, t.lim - coalesce(r.n, 0) as room, \
                  row_number() over ( \
                      partition by m.task_id order by m.available_at, m.scheduled_at, m.id) as rn \
-             from mine m join t on t.id = m.task_id left join running r on r.task_id = m.task_id \
-             join tasks tq on tq.id = m.task_id \
-             where {in_order_tq} \
+             from mine m join t on t.task = m.task_id left join running r on r.task_id = m.task_id \
          ), chosen as ( \
              select k.id, k.timeout, h.slot from ranked k \
              join held h on h.task_id = k.task_id and h.k = k.rn \
@@ -453,15 +452,11 @@ async fn take(
              from chosen where i.id = chosen.id and i.status = 'PENDING' \
              returning i.* \
          ) \
-         select upd.id, upd.task_id, upd.agent_id, upd.window_key, upd.scheduled_at, upd.status, \
-             upd.source, upd.attempt, upd.max_attempts, upd.available_at, upd.lease_expires_at, \
-             upd.worker_id, upd.started_at, upd.finished_at, upd.result, upd.error, \
-             upd.error_kind, upd.skip_reason, upd.upstream_instance_id, \
-             upd.upstream_result_digest, upd.created_at, upd.updated_at, upd.lease_token, \
-             t.context || coalesce(upd.context_override, '{{}}'::jsonb) as context, \
+         select {INSTANCE_COLUMNS}, lease_token, \
+             t.context || coalesce(context_override, '{{}}'::jsonb) as context, \
              t.dispatch, t.timeout as timeout_seconds \
-         from upd join t on t.id = upd.task_id \
-         order by upd.available_at, upd.scheduled_at, upd.id"
+         from upd join t on t.task = upd.task_id \
+         order by available_at, scheduled_at, id"
     );
     sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(&ids)

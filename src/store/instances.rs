@@ -325,7 +325,7 @@ pub(super) struct InstanceRow {
     pub(super) updated_at: DateTime<Utc>,
 }
 
-const INSTANCE_COLUMNS: &str = "id, task_id, agent_id, window_key, scheduled_at, status, source, attempt, \
+pub(super) const INSTANCE_COLUMNS: &str = "id, task_id, agent_id, window_key, scheduled_at, status, source, attempt, \
      max_attempts, available_at, lease_expires_at, worker_id, started_at, finished_at, result, \
      error, error_kind, skip_reason, upstream_instance_id, upstream_result_digest, created_at, \
      updated_at";
@@ -543,8 +543,8 @@ struct CompletedRow {
 
 /// The completions in the caller's transaction: each a compare-and-swap on (id, RUNNING,
 /// lease token). In the same statement: the success (on the row, `finished_by`), the tasks'
-/// failure counts reset, and a wake-up for agents whose task was at its concurrency limit with
-/// queued work. Only when the batch needs them: the dependents' windows and the
+/// failure counts reset, and the wake-ups of [`AT_LIMIT_WITH_QUEUE_SQL`] (its snapshot is from
+/// before the update). Only when the batch needs them: the dependents' windows and the
 /// `instance.succeeded` notifications. Returns the instances written.
 pub(super) async fn complete_in(
     conn: &mut PgConnection,
@@ -570,16 +570,11 @@ pub(super) async fn complete_in(
              update tasks set consecutive_failures = 0 \
              where id in (select task_id from upd) and consecutive_failures <> 0 \
          ), info as ( \
-             select bool_or(t.id is not null and exists ( \
+             select bool_or(exists ( \
                         select 1 from tasks d where d.upstream_task_id = t.id)) as has_dependents, \
                     bool_or(jsonb_array_length(coalesce(t.spec->'notify'->'on_success', '[]')) > 0) \
                         as notifies, \
-                    count(pg_notify($5, t.agent_id)) filter (where \
-                        exists (select 1 from task_instance q where q.task_id = t.id \
-                                and q.status = 'PENDING') \
-                        and (select count(*) from task_instance r \
-                             where r.task_id = t.id and r.status = 'RUNNING') \
-                            >= coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1)) \
+                    count(pg_notify($5, t.agent_id)) filter (where {AT_LIMIT_WITH_QUEUE_SQL}) \
                         as woken \
              from tasks t where t.id in (select distinct task_id from upd) \
          ) \
@@ -626,17 +621,22 @@ pub(super) async fn complete_in(
     Ok(done)
 }
 
-/// A finished RUNNING slot unblocks queued work only where the task was at its concurrency
-/// limit: wake those agents' waiters. Elsewhere the queued work was claimable already, and a
-/// NOTIFY (which serialises commits) would be paid for nothing.
+/// The one wake-up rule, for a task `t` some of whose RUNNING instances are finishing in this
+/// transaction, read *before* they change: a finished slot unblocks queued work only where the
+/// task was at its concurrency limit with PENDING work. Elsewhere the queued work was
+/// claimable already, and a NOTIFY (which serialises commits) would be paid for nothing.
+const AT_LIMIT_WITH_QUEUE_SQL: &str = "exists (select 1 from task_instance q \
+         where q.task_id = t.id and q.status = 'PENDING') \
+     and (select count(*) from task_instance r where r.task_id = t.id and r.status = 'RUNNING') \
+         >= coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1)";
+
+/// Wake the agents of the tasks among `task_ids` that [`AT_LIMIT_WITH_QUEUE_SQL`] holds for.
+/// Call it before the finishing rows leave RUNNING (the NOTIFY is sent at commit).
 async fn notify_queued(conn: &mut PgConnection, task_ids: &[&str]) -> Result<()> {
-    sqlx::query(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "select pg_notify($1, t.agent_id) from tasks t \
-         where t.id = any($2) \
-           and exists (select 1 from task_instance i where i.task_id = t.id and i.status = 'PENDING') \
-           and (select count(*) from task_instance r where r.task_id = t.id and r.status = 'RUNNING') + 1 \
-               >= coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1)",
-    )
+         where t.id = any($2) and {AT_LIMIT_WITH_QUEUE_SQL}"
+    )))
     .bind(super::WORK_CHANNEL)
     .bind(task_ids)
     .execute(&mut *conn)
@@ -668,7 +668,10 @@ async fn trigger_dependents(
     let digest = result_digest(result);
     let reason = format!("dependency: upstream instance {} succeeded", upstream.id);
     let created: Vec<(Uuid, String, String)> = sqlx::query_as(
-        "with d as (              select id, agent_id, spec from tasks where upstream_task_id = $1 and not paused          ), ins as (              insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
+        "with d as ( \
+             select id, agent_id, spec from tasks where upstream_task_id = $1 and not paused \
+         ), ins as ( \
+             insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
                  agent_id, max_attempts, available_at, upstream_instance_id, upstream_result_digest, \
                  created_by, created_status, created_reason) \
              select gen_random_uuid(), d.id, $2, $3, 'PENDING', 'dependency', d.agent_id, \
@@ -741,19 +744,23 @@ pub struct RunningAttempt {
     pub expiry: Option<String>,
 }
 
+/// The [`RunningAttempt`] columns but `expiry`, for `task_instance i left join tasks t`.
+const RUNNING_ATTEMPT_COLUMNS: &str = "i.id, i.task_id, i.window_key, i.agent_id, i.attempt, \
+     i.max_attempts, i.lease_token, i.worker_id, \
+     t.spec->'execution'->'retry_backoff' as retry_backoff";
+
 /// Lock up to `limit` RUNNING instances whose lease expired or whose run passed its deadline,
 /// skipping rows another replica's reaper holds.
 pub async fn lock_expired(conn: &mut PgConnection, limit: i64) -> Result<Vec<RunningAttempt>> {
-    sqlx::query_as(
-        "select i.id, i.task_id, i.window_key, i.agent_id, i.attempt, i.max_attempts, \
-             i.lease_token, i.worker_id, t.spec->'execution'->'retry_backoff' as retry_backoff, \
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {RUNNING_ATTEMPT_COLUMNS}, \
              case when i.deadline_at < now() then 'timeout' else 'lease_expired' end as expiry \
          from task_instance i left join tasks t on t.id = i.task_id \
          where i.status = 'RUNNING' and least(i.lease_expires_at, i.deadline_at) < now() \
          order by least(i.lease_expires_at, i.deadline_at) \
          limit $1 \
-         for update of i skip locked",
-    )
+         for update of i skip locked"
+    )))
     .bind(limit)
     .fetch_all(&mut *conn)
     .await
@@ -1025,21 +1032,25 @@ pub(super) async fn fail_in(
 ) -> Result<Vec<Instance>> {
     let ids: Vec<Uuid> = items.iter().map(|f| f.id).collect();
     let tokens: Vec<Uuid> = items.iter().map(|f| f.lease_token).collect();
-    let running: Vec<RunningAttempt> = sqlx::query_as(
-        "select i.id, i.task_id, i.window_key, i.agent_id, i.attempt, i.max_attempts, \
-             i.lease_token, i.worker_id, t.spec->'execution'->'retry_backoff' as retry_backoff, \
-             null::text as expiry \
+    let running: Vec<RunningAttempt> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {RUNNING_ATTEMPT_COLUMNS}, null::text as expiry \
          from unnest($1::uuid[], $2::uuid[]) as f(id, token) \
          join task_instance i on i.id = f.id and i.status = 'RUNNING' and i.lease_token = f.token \
          left join tasks t on t.id = i.task_id \
          order by i.id \
-         for update of i",
-    )
+         for update of i"
+    )))
     .bind(&ids)
     .bind(&tokens)
     .fetch_all(&mut *conn)
     .await
     .map_err(map_db_error)?;
+    let mut tasks: Vec<&str> = running.iter().map(|a| a.task_id.as_str()).collect();
+    tasks.sort_unstable();
+    tasks.dedup();
+    if !tasks.is_empty() {
+        notify_queued(conn, &tasks).await?;
+    }
     // Each locked attempt fails once, as its first report says; actors group the writes.
     let mut by_actor: Vec<(String, Vec<Failure>)> = Vec::new();
     let mut planned: std::collections::HashSet<Uuid> = std::collections::HashSet::new();
@@ -1069,12 +1080,6 @@ pub(super) async fn fail_in(
     let mut written = Vec::new();
     for (actor, failures) in by_actor {
         written.extend(record_failures(conn, &failures, &actor).await?);
-    }
-    let mut tasks: Vec<&str> = written.iter().map(|i| i.task_id.as_str()).collect();
-    tasks.sort_unstable();
-    tasks.dedup();
-    if !tasks.is_empty() {
-        notify_queued(conn, &tasks).await?;
     }
     Ok(written)
 }
@@ -1328,8 +1333,8 @@ pub async fn backfill(
     Ok(report)
 }
 
-/// Delete up to `batch` terminal instances (and, by cascade, their events) finished more than
-/// `retention_days` ago, and up to `batch` settled outbox rows of that age.
+/// Delete up to `batch` terminal instances (with their event rows) scheduled and finished more
+/// than `retention_days` ago, and up to `batch` settled outbox rows of that age.
 pub async fn prune_finished(pool: &PgPool, retention_days: i64, batch: i64) -> Result<(u64, u64)> {
     let instances: i64 = sqlx::query_scalar(
         "with gone as ( \

@@ -1,5 +1,6 @@
-//! The only place with SQL. One file per table; functions are `verb_object(conn, params)` and
-//! return domain types. Functions that must compose into one transaction take a
+//! The only place with SQL. One file per table, plus `claim` (the claim path over
+//! `task_instance` and `tasks`) and `group_commit` (single calls sharing transactions);
+//! functions are `verb_object(conn, params)` and return domain types. Functions that must compose into one transaction take a
 //! `&mut PgConnection`; the rest take the pool.
 
 pub mod claim;

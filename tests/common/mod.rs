@@ -144,3 +144,43 @@ pub fn cron_task(agent: &str, expr: &str) -> Value {
         "trigger": {"type": "cron", "expr": expr, "timezone": "UTC"},
     })
 }
+
+/// Claim over HTTP (`extra` adds fields to the body) and expect 200; the claimed instances.
+pub async fn claim(app: &TestApp, agent: &str, worker: &str, max: i64, extra: Value) -> Vec<Value> {
+    let mut body =
+        serde_json::json!({"agent_id": agent, "worker_id": worker, "max_instances": max});
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(e.clone());
+    }
+    let (status, resp) = json(app.post("/v1/claims", body).await).await;
+    assert_eq!(status, 200, "{resp}");
+    resp["instances"].as_array().cloned().unwrap_or_default()
+}
+
+/// Insert `n` PENDING instances of `task` directly, available `age_s` seconds ago and one
+/// millisecond apart, oldest first, window keys `b000001`, `b000002`, ...
+pub async fn backlog(
+    pool: &PgPool,
+    task: &str,
+    agent: &str,
+    n: i32,
+    age_s: i32,
+    max_attempts: i32,
+) {
+    sqlx::query(
+        "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
+             agent_id, max_attempts, available_at) \
+         select gen_random_uuid(), $1, 'b' || lpad(g::text, 6, '0'), \
+             now() - make_interval(secs => $4) + g * interval '1 millisecond', 'PENDING', \
+             'manual', $2, $5, now() - make_interval(secs => $4) + g * interval '1 millisecond' \
+         from generate_series(1, $3) g",
+    )
+    .bind(task)
+    .bind(agent)
+    .bind(n)
+    .bind(f64::from(age_s))
+    .bind(max_attempts)
+    .execute(pool)
+    .await
+    .expect("insert backlog");
+}
