@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::domain::access::Tokens;
+use crate::http::server::ServerLimits;
 use crate::http::{self, AppState, ClaimSettings};
 use crate::outbound::AllowList;
 use crate::services::Heartbeats;
@@ -38,6 +39,10 @@ pub struct Options {
     pub retry_scanner: Option<RetryScannerConfig>,
     pub reaper: Option<TimeoutReaperConfig>,
     pub claims: ClaimSettings,
+    /// Header-read timeout and connection cap of the HTTP server.
+    pub server: ServerLimits,
+    /// Longest a request may take (a long poll gets its wait on top).
+    pub request_timeout: Duration,
     pub shutdown_grace: Duration,
     /// Bearer tokens; empty runs open.
     pub tokens: Arc<Tokens>,
@@ -52,8 +57,12 @@ pub struct Options {
 }
 
 impl Options {
-    pub fn from_config(cfg: &Config) -> Self {
-        Self {
+    /// Fails when a setting cannot be turned into what runs (e.g. unparsable tokens): never
+    /// falls back to something more permissive.
+    pub fn from_config(cfg: &Config) -> anyhow::Result<Self> {
+        let tokens =
+            Tokens::parse(&cfg.auth_tokens.0).map_err(|e| anyhow::anyhow!("auth_tokens: {e}"))?;
+        Ok(Self {
             node_id: cfg.node_id.clone(),
             max_body_bytes: cfg.max_body_bytes,
             trigger: Some(TriggerLoopConfig {
@@ -72,14 +81,11 @@ impl Options {
                 interval: Duration::from_millis(cfg.reaper_interval_ms),
                 batch_size: cfg.reaper_batch_size,
             }),
-            claims: ClaimSettings {
-                default_lease_seconds: cfg.default_lease_seconds,
-                max_lease_seconds: cfg.max_lease_seconds,
-                max_wait_seconds: cfg.claim_max_wait_seconds,
-            },
+            claims: ClaimSettings::from_config(cfg),
+            server: ServerLimits::from_config(cfg),
+            request_timeout: Duration::from_secs(cfg.http_request_timeout_seconds),
             shutdown_grace: Duration::from_secs(cfg.shutdown_grace_seconds),
-            // Validated by Config::load; a failure here means no tokens.
-            tokens: Arc::new(Tokens::parse(&cfg.auth_tokens.0).unwrap_or_default()),
+            tokens: Arc::new(tokens),
             webhook: Some(WebhookDispatcherConfig {
                 node_id: cfg.node_id.clone(),
                 interval: Duration::from_millis(cfg.webhook_interval_ms),
@@ -102,19 +108,22 @@ impl Options {
                 batch_size: cfg.pruner_batch_size,
             }),
             stats_interval: Some(Duration::from_millis(cfg.stats_interval_ms)),
-        }
+        })
     }
 
     /// The API only, every loop left out, default limits (tests).
     pub fn api_only(node_id: impl Into<String>) -> Self {
+        let cfg = Config::default();
         Self {
             node_id: node_id.into(),
-            max_body_bytes: 256 * 1024,
+            max_body_bytes: cfg.max_body_bytes,
             trigger: None,
             retry_scanner: None,
             reaper: None,
-            claims: ClaimSettings::default(),
-            shutdown_grace: Duration::from_secs(10),
+            claims: ClaimSettings::from_config(&cfg),
+            server: ServerLimits::from_config(&cfg),
+            request_timeout: Duration::from_secs(cfg.http_request_timeout_seconds),
+            shutdown_grace: Duration::from_secs(cfg.shutdown_grace_seconds),
             tokens: Arc::new(Tokens::default()),
             webhook: None,
             notifier: None,
@@ -137,8 +146,30 @@ pub struct Running {
     shutdown_grace: Duration,
 }
 
-/// Start the API on `listener` and the loops `opts` asks for, on an already migrated pool.
-pub fn start(pool: PgPool, listener: TcpListener, opts: Options) -> anyhow::Result<Running> {
+/// The database pools of one process: the API's, and the background loops' own, which API load
+/// cannot exhaust (LISTEN connections, the trigger's batches, the scanners).
+#[derive(Clone)]
+pub struct Pools {
+    pub api: PgPool,
+    pub loops: PgPool,
+}
+
+impl Pools {
+    /// One pool for everything (tests, tools).
+    pub fn shared(pool: PgPool) -> Self {
+        Self {
+            api: pool.clone(),
+            loops: pool,
+        }
+    }
+}
+
+/// Start the API on `listener` and the loops `opts` asks for, on already migrated pools.
+pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Result<Running> {
+    let Pools {
+        api: pool,
+        loops: loop_pool,
+    } = pools;
     let addr = listener
         .local_addr()
         .context("reading the listen address")?;
@@ -153,38 +184,38 @@ pub fn start(pool: PgPool, listener: TcpListener, opts: Options) -> anyhow::Resu
     let mut loop_tasks = JoinSet::new();
 
     if let Some(cfg) = opts.trigger.clone() {
-        let trigger = TriggerLoop::new(pool.clone(), cfg, heartbeats.clone());
+        let trigger = TriggerLoop::new(loop_pool.clone(), cfg, heartbeats.clone());
         loop_tasks.spawn(trigger.run(loops.child_token()));
     }
     if let Some(cfg) = opts.retry_scanner.clone() {
-        let scanner = RetryScanner::new(pool.clone(), cfg, heartbeats.clone());
+        let scanner = RetryScanner::new(loop_pool.clone(), cfg, heartbeats.clone());
         loop_tasks.spawn(scanner.run(loops.child_token()));
     }
     if let Some(cfg) = opts.reaper.clone() {
-        let reaper = TimeoutReaper::new(pool.clone(), cfg, heartbeats.clone());
+        let reaper = TimeoutReaper::new(loop_pool.clone(), cfg, heartbeats.clone());
         loop_tasks.spawn(reaper.run(loops.child_token()));
     }
     let work_signal = WorkSignal::new();
     let signal = CancellationToken::new();
-    let signal_task = tokio::spawn(work_signal.clone().run(pool.clone(), signal.clone()));
+    let signal_task = tokio::spawn(work_signal.clone().run(loop_pool.clone(), signal.clone()));
     if let Some(mut cfg) = opts.webhook.clone() {
         if cfg.public_url.is_empty() {
             cfg.public_url = format!("http://{addr}");
         }
         let dispatcher =
-            WebhookDispatcher::new(pool.clone(), cfg, heartbeats.clone(), group.clone());
+            WebhookDispatcher::new(loop_pool.clone(), cfg, heartbeats.clone(), group.clone());
         loop_tasks.spawn(dispatcher.run(work_signal.clone(), loops.child_token()));
     }
     if let Some(cfg) = opts.pruner.clone() {
-        let pruner = Pruner::new(pool.clone(), cfg, heartbeats.clone());
+        let pruner = Pruner::new(loop_pool.clone(), cfg, heartbeats.clone());
         loop_tasks.spawn(pruner.run(loops.child_token()));
     }
     if let Some(interval) = opts.stats_interval {
-        let stats = StatsSampler::new(pool.clone(), interval, heartbeats.clone());
+        let stats = StatsSampler::new(loop_pool.clone(), interval, heartbeats.clone());
         loop_tasks.spawn(stats.run(loops.child_token()));
     }
     if let Some(cfg) = opts.notifier.clone() {
-        let notifier = Notifier::new(pool.clone(), cfg, heartbeats.clone());
+        let notifier = Notifier::new(loop_pool.clone(), cfg, heartbeats.clone());
         loop_tasks.spawn(notifier.run(loops.child_token()));
     }
 
@@ -199,14 +230,16 @@ pub fn start(pool: PgPool, listener: TcpListener, opts: Options) -> anyhow::Resu
         tokens: opts.tokens.clone(),
         allow_list: opts.allow_list.clone(),
         group,
+        claim_waiters: Arc::new(tokio::sync::Semaphore::new(opts.claims.max_waiters)),
+        request_timeout: opts.request_timeout,
     };
     let app = http::router(state, opts.max_body_bytes);
-    let stop = http_stop.clone();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await
-    });
+    let server = tokio::spawn(http::server::serve(
+        listener,
+        app,
+        opts.server.clone(),
+        http_stop.clone(),
+    ));
     Ok(Running {
         addr,
         loops,
@@ -220,11 +253,18 @@ pub fn start(pool: PgPool, listener: TcpListener, opts: Options) -> anyhow::Resu
 }
 
 impl Running {
+    /// Take no new work: loops stop, new claims answer 503 with `Retry-After`, waiting long
+    /// polls answer with what they have. Completions, failures and heartbeats still work, so
+    /// agents can report what they hold. The first step of [`Running::shutdown`].
+    pub fn stop_taking_work(&self) {
+        self.loops.cancel();
+    }
+
     /// Stop in order: loops first (no new windows, retries or reaps; waiting long polls return
     /// with what they have), then the HTTP server, which lets in-flight requests finish for up
     /// to the grace period, then the work signal.
     pub async fn shutdown(mut self) {
-        self.loops.cancel();
+        self.stop_taking_work();
         while self.loop_tasks.join_next().await.is_some() {}
         self.http.cancel();
         match tokio::time::timeout(self.shutdown_grace, &mut self.server).await {
@@ -253,17 +293,30 @@ impl Running {
 
 /// `kairos serve`: connect, migrate, listen, run until SIGTERM/SIGINT, stop in order.
 pub async fn serve(cfg: Config) -> anyhow::Result<()> {
-    let pool = connect_and_migrate(&cfg, cfg.database_max_connections).await?;
+    let pool = connect_and_migrate(&cfg, cfg.api_connections()).await?;
+    let loop_pool = store::connect(&cfg.database_url, cfg.loop_connections())
+        .await
+        .with_context(|| {
+            format!(
+                "connecting the background loops' pool (database_url of {})",
+                redact(&cfg.database_url)
+            )
+        })?;
     let _ = crate::telemetry::metrics_handle();
     let listener = TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("binding {}", cfg.listen))?;
-    let running = start(pool.clone(), listener, Options::from_config(&cfg))?;
+    let pools = Pools {
+        api: pool.clone(),
+        loops: loop_pool.clone(),
+    };
+    let running = start(pools, listener, Options::from_config(&cfg)?)?;
     tracing::info!(listen = %running.addr, node_id = %cfg.node_id, "kairos serving");
     shutdown_signal().await;
     tracing::info!("shutdown signal received; stopping loops, then the API");
     running.shutdown().await;
     pool.close().await;
+    loop_pool.close().await;
     tracing::info!("kairos stopped");
     Ok(())
 }
@@ -330,7 +383,18 @@ async fn shutdown_signal() {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{Options, redact};
+    use crate::config::{Config, Secret};
+
+    #[test]
+    fn unparsable_tokens_fail_closed() {
+        let cfg = Config {
+            auth_tokens: Secret("no-role-here".to_owned()),
+            ..Config::default()
+        };
+        let err = Options::from_config(&cfg).expect_err("refused");
+        assert!(err.to_string().contains("auth_tokens"), "{err}");
+    }
 
     #[test]
     fn passwords_are_redacted_from_database_urls() {

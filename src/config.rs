@@ -28,7 +28,7 @@ impl FromStr for LogFormat {
 }
 
 /// A secret string: never shown by `Debug`.
-#[derive(Clone, Default, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(transparent)]
 pub struct Secret(pub String);
 
@@ -46,7 +46,7 @@ impl FromStr for Secret {
 }
 
 /// Every setting; see `config/kairos.toml` for the documented defaults.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub database_url: String,
@@ -66,6 +66,10 @@ pub struct Config {
     pub default_lease_seconds: i64,
     pub max_lease_seconds: i64,
     pub claim_max_wait_seconds: i64,
+    pub claim_max_waiters: usize,
+    pub http_header_read_timeout_seconds: u64,
+    pub http_request_timeout_seconds: u64,
+    pub http_max_connections: usize,
     pub shutdown_grace_seconds: u64,
     /// `"<token>:<role>[:<agent>|<agent>…],…"`; empty runs open, on loopback only.
     pub auth_tokens: Secret,
@@ -89,7 +93,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             database_url: "postgres://kairos:kairos@127.0.0.1:5432/kairos".to_owned(),
-            database_max_connections: 20,
+            database_max_connections: 24,
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             node_id: default_node_id(),
             log_format: LogFormat::Text,
@@ -105,6 +109,10 @@ impl Default for Config {
             default_lease_seconds: 60,
             max_lease_seconds: 3600,
             claim_max_wait_seconds: 30,
+            claim_max_waiters: 1024,
+            http_header_read_timeout_seconds: 10,
+            http_request_timeout_seconds: 30,
+            http_max_connections: 4096,
             shutdown_grace_seconds: 10,
             auth_tokens: Secret::default(),
             public_url: String::new(),
@@ -120,6 +128,29 @@ impl Default for Config {
             pruner_batch_size: 1000,
             stats_interval_ms: 5000,
         }
+    }
+}
+
+/// Connections held by LISTEN: the claims' work signal and the trigger loop's task changes.
+pub const LISTEN_CONNECTIONS: u32 = 2;
+/// Connections the background loops other than the trigger's batches share (retry scanner,
+/// reaper, dispatcher, notifier, pruner, stats sampler: short transactions that may queue).
+pub const SHARED_LOOP_CONNECTIONS: u32 = 2;
+/// Fewest connections the API pool may have (group commits plus a claim).
+pub const MIN_API_CONNECTIONS: u32 = 4;
+
+impl Config {
+    /// Size of the background loops' own pool: the API cannot exhaust it.
+    pub fn loop_connections(&self) -> u32 {
+        LISTEN_CONNECTIONS
+            + u32::try_from(self.trigger_parallelism).unwrap_or(u32::MAX)
+            + SHARED_LOOP_CONNECTIONS
+    }
+
+    /// Size of the API's pool: what `database_max_connections` leaves after the loops' pool.
+    pub fn api_connections(&self) -> u32 {
+        self.database_max_connections
+            .saturating_sub(self.loop_connections())
     }
 }
 
@@ -231,6 +262,10 @@ impl Config {
             default_lease_seconds,
             max_lease_seconds,
             claim_max_wait_seconds,
+            claim_max_waiters,
+            http_header_read_timeout_seconds,
+            http_request_timeout_seconds,
+            http_max_connections,
             shutdown_grace_seconds,
             auth_tokens,
             public_url,
@@ -260,10 +295,18 @@ impl Config {
                 "must be a postgres:// or postgresql:// URL",
             ));
         }
-        if !(1..=1000).contains(&self.database_max_connections) {
+        if !(1..=16).contains(&self.trigger_parallelism) {
+            return Err(invalid("trigger_parallelism", "must be from 1 to 16"));
+        }
+        let floor = self.loop_connections() + MIN_API_CONNECTIONS;
+        if !(floor..=1000).contains(&self.database_max_connections) {
             return Err(invalid(
                 "database_max_connections",
-                "must be from 1 to 1000",
+                format!(
+                    "must be from {floor} to 1000: {LISTEN_CONNECTIONS} are held by LISTEN, \
+                     trigger_parallelism + {SHARED_LOOP_CONNECTIONS} are kept for the background \
+                     loops, and the API needs at least {MIN_API_CONNECTIONS}"
+                ),
             ));
         }
         if !crate::domain::task::valid_name(&self.node_id) {
@@ -277,9 +320,6 @@ impl Config {
         }
         if !(1..=10_000).contains(&self.trigger_batch_size) {
             return Err(invalid("trigger_batch_size", "must be from 1 to 10000"));
-        }
-        if !(1..=16).contains(&self.trigger_parallelism) {
-            return Err(invalid("trigger_parallelism", "must be from 1 to 16"));
         }
         if !(10..=600_000).contains(&self.trigger_max_sleep_ms) {
             return Err(invalid("trigger_max_sleep_ms", "must be from 10 to 600000"));
@@ -311,6 +351,30 @@ impl Config {
         }
         if !(0..=300).contains(&self.claim_max_wait_seconds) {
             return Err(invalid("claim_max_wait_seconds", "must be from 0 to 300"));
+        }
+        if !(1..=300).contains(&self.http_header_read_timeout_seconds) {
+            return Err(invalid(
+                "http_header_read_timeout_seconds",
+                "must be from 1 to 300",
+            ));
+        }
+        if !(1..=3600).contains(&self.http_request_timeout_seconds) {
+            return Err(invalid(
+                "http_request_timeout_seconds",
+                "must be from 1 to 3600",
+            ));
+        }
+        if !(16..=1_000_000).contains(&self.http_max_connections) {
+            return Err(invalid(
+                "http_max_connections",
+                "must be from 16 to 1000000",
+            ));
+        }
+        if self.claim_max_waiters >= self.http_max_connections {
+            return Err(invalid(
+                "claim_max_waiters",
+                "must be below http_max_connections, so waiting claims cannot hold every connection",
+            ));
         }
         if !(1..=3600).contains(&self.shutdown_grace_seconds) {
             return Err(invalid("shutdown_grace_seconds", "must be from 1 to 3600"));
@@ -412,33 +476,38 @@ mod tests {
             ("KAIROS_NODE_ID", "n1"),
         ])
         .expect("valid");
-        let d = Config::default();
-        assert_eq!(cfg.listen, d.listen);
-        assert_eq!(cfg.trigger_batch_size, d.trigger_batch_size);
-        assert_eq!(cfg.trigger_max_sleep_ms, d.trigger_max_sleep_ms);
-        assert_eq!(cfg.trigger_parallelism, d.trigger_parallelism);
-        assert_eq!(cfg.max_body_bytes, d.max_body_bytes);
-        assert_eq!(cfg.database_max_connections, d.database_max_connections);
-        assert_eq!(cfg.retry_scan_interval_ms, d.retry_scan_interval_ms);
-        assert_eq!(cfg.retry_batch_size, d.retry_batch_size);
-        assert_eq!(cfg.reaper_interval_ms, d.reaper_interval_ms);
-        assert_eq!(cfg.reaper_batch_size, d.reaper_batch_size);
-        assert_eq!(cfg.default_lease_seconds, d.default_lease_seconds);
-        assert_eq!(cfg.max_lease_seconds, d.max_lease_seconds);
-        assert_eq!(cfg.claim_max_wait_seconds, d.claim_max_wait_seconds);
-        assert_eq!(cfg.shutdown_grace_seconds, d.shutdown_grace_seconds);
-        assert_eq!(cfg.public_url, d.public_url);
-        assert_eq!(cfg.outbound_allowed_hosts, d.outbound_allowed_hosts);
-        assert_eq!(cfg.webhook_interval_ms, d.webhook_interval_ms);
-        assert_eq!(cfg.webhook_max_in_flight, d.webhook_max_in_flight);
-        assert_eq!(cfg.webhook_max_per_task, d.webhook_max_per_task);
-        assert_eq!(cfg.notifier_interval_ms, d.notifier_interval_ms);
-        assert_eq!(cfg.notify_max_age_seconds, d.notify_max_age_seconds);
-        assert_eq!(cfg.notify_timeout_seconds, d.notify_timeout_seconds);
-        assert_eq!(cfg.retention_days, d.retention_days);
-        assert_eq!(cfg.pruner_interval_ms, d.pruner_interval_ms);
-        assert_eq!(cfg.pruner_batch_size, d.pruner_batch_size);
-        assert_eq!(cfg.stats_interval_ms, d.stats_interval_ms);
+        // Every key, so a default changed in one place and not the other fails here.
+        let expected = Config {
+            node_id: "n1".to_owned(),
+            ..Config::default()
+        };
+        assert_eq!(cfg, expected);
+    }
+
+    #[test]
+    fn too_few_connections_for_the_loops_and_the_api_are_refused() {
+        let err = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            ("KAIROS_DATABASE_MAX_CONNECTIONS", "11"),
+        ])
+        .expect_err("refused");
+        let text = err.to_string();
+        assert!(
+            text.starts_with("database_max_connections: must be from 12 to 1000"),
+            "{text}"
+        );
+        let cfg = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            ("KAIROS_DATABASE_MAX_CONNECTIONS", "12"),
+        ])
+        .expect("the floor itself is accepted");
+        assert_eq!((cfg.loop_connections(), cfg.api_connections()), (8, 4));
+        let err = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            ("KAIROS_CLAIM_MAX_WAITERS", "4096"),
+        ])
+        .expect_err("refused");
+        assert!(err.to_string().starts_with("claim_max_waiters"), "{err}");
     }
 
     #[test]

@@ -114,6 +114,21 @@ fn describe_metrics() {
         "kairos_pruned_total",
         "Rows deleted by the retention pruner, by table"
     );
+    describe_counter!(
+        "kairos_claims_total",
+        "Claim looks over HTTP by outcome (claimed, empty); many empty looks per claimed one mean claimers contend"
+    );
+    for outcome in ["claimed", "empty"] {
+        metrics::counter!("kairos_claims_total", "outcome" => outcome).increment(0);
+    }
+    describe_gauge!(
+        "kairos_claim_waiters",
+        "Long-poll claims waiting in this process (capped by claim_max_waiters)"
+    );
+    describe_counter!(
+        "kairos_claim_waiters_refused_total",
+        "Long-poll claims answered 429 because claim_max_waiters were already waiting"
+    );
     describe_gauge!("kairos_instances", "Instances per status");
     describe_gauge!(
         "kairos_loop_last_tick_timestamp",

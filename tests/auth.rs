@@ -188,3 +188,125 @@ fn a_non_loopback_bind_without_tokens_is_refused_at_start() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("without authentication"), "{stderr}");
 }
+
+#[sqlx::test]
+async fn agent_tokens_read_only_their_agents_and_non_admins_see_no_url_paths(pool: PgPool) {
+    let app = secured(pool).await;
+    let hook = "https://hooks.example.com:8443/t/s3cr3t-path?key=s3cr3t-query";
+    for (id, agent) in [("ta", "agent_a"), ("tb", "agent_b")] {
+        let (status, body) = call(
+            &app,
+            Some(ADMIN),
+            Method::PUT,
+            &format!("/v1/tasks/{id}"),
+            Some(json!({
+                "agent_id": agent,
+                "trigger": {"type": "manual"},
+                "dispatch": {"mode": "webhook", "url": hook, "secret": "s3cret-s3cret-s3cret"},
+                "notify": {"on_failure": ["https://alerts.example.com/hook/s3cr3t-notify?k=1"]},
+            })),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+        let (status, body) = call(
+            &app,
+            Some(ADMIN),
+            Method::POST,
+            &format!("/v1/tasks/{id}/trigger"),
+            Some(json!({})),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let instance_of = |task: &'static str| {
+        let app = &app;
+        async move {
+            let (_, page) = call(
+                app,
+                Some(ADMIN),
+                Method::GET,
+                &format!("/v1/instances?task_id={task}"),
+                None,
+            )
+            .await;
+            page["items"][0]["id"].as_str().expect("id").to_owned()
+        }
+    };
+    let (ia, ib) = (instance_of("ta").await, instance_of("tb").await);
+
+    // Lists are filtered to the token's agents, whatever the filter asks.
+    let (status, page) = call(&app, Some(AGENT_A), Method::GET, "/v1/tasks", None).await;
+    assert_eq!(status, 200);
+    let ids: Vec<&str> = page["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|t| t["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["ta"]);
+    let (_, page) = call(
+        &app,
+        Some(AGENT_A),
+        Method::GET,
+        "/v1/tasks?agent_id=agent_b",
+        None,
+    )
+    .await;
+    assert_eq!(page["items"], json!([]));
+    for path in [
+        "/v1/instances",
+        "/v1/instances?task_id=tb",
+        "/v1/instances?agent_id=agent_b",
+    ] {
+        let (status, page) = call(&app, Some(AGENT_A), Method::GET, path, None).await;
+        assert_eq!(status, 200, "{path}");
+        let tasks: Vec<&str> = page["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .filter_map(|i| i["task_id"].as_str())
+            .collect();
+        assert!(tasks.iter().all(|t| *t == "ta"), "{path}: {tasks:?}");
+    }
+    // Another agent's task and instance are 404, as if they did not exist.
+    for path in [
+        "/v1/tasks/tb".to_owned(),
+        "/v1/tasks/tb/preview".to_owned(),
+        format!("/v1/instances/{ib}"),
+    ] {
+        let (status, body) = call(&app, Some(AGENT_A), Method::GET, &path, None).await;
+        assert_eq!(status, 404, "{path}: {body}");
+    }
+    let (status, _) = call(
+        &app,
+        Some(AGENT_A),
+        Method::GET,
+        &format!("/v1/instances/{ia}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+
+    // Non-admins see scheme and host only; admins see the whole URL.
+    for token in [AGENT_A, VIEWER] {
+        let (status, task) = call(&app, Some(token), Method::GET, "/v1/tasks/ta", None).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            task["dispatch"]["url"],
+            "https://hooks.example.com:8443/***"
+        );
+        assert_eq!(
+            task["notify"]["on_failure"][0],
+            "https://alerts.example.com/***"
+        );
+        let text = task.to_string();
+        assert!(!text.contains("s3cr3t"), "{text}");
+        let (_, page) = call(&app, Some(token), Method::GET, "/v1/tasks", None).await;
+        assert!(!page.to_string().contains("s3cr3t"), "{page}");
+    }
+    let (_, task) = call(&app, Some(ADMIN), Method::GET, "/v1/tasks/ta", None).await;
+    assert_eq!(task["dispatch"]["url"], hook);
+    // A viewer reads every agent's work.
+    let (_, page) = call(&app, Some(VIEWER), Method::GET, "/v1/tasks", None).await;
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(2));
+}

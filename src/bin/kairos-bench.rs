@@ -713,7 +713,7 @@ async fn claim_complete(
 ) -> Result<[String; 4]> {
     let db = BenchDb::create(base, "claim").await?;
     seed_pending(&db.pool, n, tasks).await?;
-    let server = start_server(&db, &[("KAIROS_DATABASE_MAX_CONNECTIONS", "20")]).await?;
+    let server = start_server(&db, &[("KAIROS_DATABASE_MAX_CONNECTIONS", "24")]).await?;
     let d = drain(
         &db.pool,
         std::slice::from_ref(&server.base),
@@ -766,7 +766,7 @@ async fn fire_lag(base: &str, n: i64, minutes: u32, single: bool) -> Result<[Str
             .await?;
     let last = due + chrono::Duration::minutes(i64::from(minutes) - 1);
     let expected = n * i64::from(minutes);
-    let server = start_server(&db, &[("KAIROS_DATABASE_MAX_CONNECTIONS", "20")]).await?;
+    let server = start_server(&db, &[("KAIROS_DATABASE_MAX_CONNECTIONS", "24")]).await?;
     let client = agent_client(8 * 100)?;
     let stop = Arc::new(AtomicBool::new(false));
     let failures = Arc::new(AtomicU64::new(0));
@@ -912,7 +912,7 @@ async fn push(base: &str, n: i64, in_flight: usize) -> Result<[String; 4]> {
     let receiver = tokio::spawn(async move { axum::serve(listener, app).await });
     let in_flight_env = in_flight.to_string();
     let env = [
-        ("KAIROS_DATABASE_MAX_CONNECTIONS", "20"),
+        ("KAIROS_DATABASE_MAX_CONNECTIONS", "24"),
         ("KAIROS_WEBHOOK_MAX_IN_FLIGHT", in_flight_env.as_str()),
         ("KAIROS_WEBHOOK_MAX_PER_TASK", "100"),
     ];
@@ -995,7 +995,7 @@ async fn push(base: &str, n: i64, in_flight: usize) -> Result<[String; 4]> {
         detail,
         &format!(
             "KAIROS_WEBHOOK_MAX_IN_FLIGHT={in_flight}, KAIROS_WEBHOOK_MAX_PER_TASK=100 \
-             (defaults 64 and 8), KAIROS_DATABASE_MAX_CONNECTIONS=20; timed from the insert's \
+             (defaults 64 and 8), KAIROS_DATABASE_MAX_CONNECTIONS=24; timed from the insert's \
              commit (with a NOTIFY kairos_work) to the last SUCCESS"
         ),
     ))
@@ -1037,7 +1037,7 @@ async fn replicas_trigger(base: &str, n: i64, k: usize) -> Result<[String; 4]> {
 async fn replicas_claim(base: &str, n: i64, k: usize) -> Result<[String; 4]> {
     let db = BenchDb::create(base, &format!("rclaim{k}")).await?;
     seed_pending(&db.pool, n, 100).await?;
-    let servers = start_servers(&db, k, &[("KAIROS_DATABASE_MAX_CONNECTIONS", "20")]).await?;
+    let servers = start_servers(&db, k, &[("KAIROS_DATABASE_MAX_CONNECTIONS", "24")]).await?;
     let urls: Vec<String> = servers.iter().map(|s| s.base.clone()).collect();
     let d = drain(&db.pool, &urls, 16, 100, true).await?;
     let (total, success, retried): (i64, i64, i64) = sqlx::query_as(

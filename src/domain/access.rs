@@ -63,6 +63,40 @@ impl Principal {
     }
 }
 
+impl Principal {
+    /// The agents whose tasks and instances this principal may read: `None` is every agent
+    /// (admin, viewer, and agent tokens not limited to some agents).
+    pub fn readable_agents(&self) -> Option<&[String]> {
+        match self.role {
+            Role::Agent => self.agents.as_deref(),
+            Role::Admin | Role::Viewer => None,
+        }
+    }
+
+    /// May this principal read tasks and instances of `agent_id`?
+    pub fn may_read(&self, agent_id: &str) -> bool {
+        self.readable_agents()
+            .is_none_or(|a| a.iter().any(|x| x == agent_id))
+    }
+
+    /// Only admins see the path and query of webhook and notification URLs, which often carry
+    /// secrets.
+    pub fn sees_url_paths(&self) -> bool {
+        self.role == Role::Admin
+    }
+}
+
+/// `scheme://host[:port]/***`: a URL without its user info, path and query, for principals who
+/// may not see them. Not a URL at all: `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "***".to_owned();
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    format!("{scheme}://{host}/***")
+}
+
 /// What a request does, as far as access control is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -213,6 +247,22 @@ impl Tokens {
             }
         }
         found.cloned()
+    }
+}
+
+#[cfg(test)]
+mod redaction_tests {
+    use super::redact_url;
+
+    #[test]
+    fn urls_lose_user_info_path_and_query() {
+        assert_eq!(
+            redact_url("https://user:pw@hooks.example.com:8443/t/s3cr3t?key=abc#x"),
+            "https://hooks.example.com:8443/***"
+        );
+        assert_eq!(redact_url("http://10.0.0.1"), "http://10.0.0.1/***");
+        assert_eq!(redact_url("http://h?token=1"), "http://h/***");
+        assert_eq!(redact_url("not a url"), "***");
     }
 }
 

@@ -37,6 +37,10 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
         return next.run(req).await;
     }
     let principal = if state.tokens.is_empty() {
+        if let Err(e) = open_mode_check(&req) {
+            tracing::warn!(method = %req.method(), path = %path, reason = %e.detail(), "request refused (open mode)");
+            return e.into_response();
+        }
         Principal::open()
     } else {
         let Some(token) = bearer(&req) else {
@@ -65,6 +69,63 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     next.run(req).await
 }
 
+/// Without tokens anyone who can reach the port is an admin, so kairos listens on loopback only
+/// and refuses what a web page could make a browser send there: a `Host` that is not a loopback
+/// name or address (DNS rebinding: 421), an `Origin` that is not loopback (cross-site requests:
+/// 403), and a body that is not JSON (HTML forms: 415).
+fn open_mode_check(req: &Request) -> Result<(), ApiError> {
+    let headers = req.headers();
+    if let Some(host) = headers.get(header::HOST) {
+        let host = host.to_str().unwrap_or("");
+        if !is_loopback_authority(host) {
+            return Err(ApiError::MisdirectedRequest(format!(
+                "without auth_tokens kairos answers only requests addressed to a loopback name or address, not {host:?}"
+            )));
+        }
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        let authority = origin.split_once("://").map_or("", |(_, a)| a);
+        if !is_loopback_authority(authority) {
+            return Err(ApiError::Forbidden(format!(
+                "without auth_tokens kairos refuses cross-site requests (Origin {origin:?})"
+            )));
+        }
+    }
+    let has_body = headers
+        .get(header::CONTENT_LENGTH)
+        .is_some_and(|v| v.as_bytes() != b"0")
+        || headers.contains_key(header::TRANSFER_ENCODING);
+    let content_type = headers.get(header::CONTENT_TYPE);
+    if has_body || content_type.is_some() {
+        let ct = content_type
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let mime = ct.split(';').next().unwrap_or("").trim();
+        if !(mime == "application/json" || mime.ends_with("+json")) {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "without auth_tokens a request body must be sent as content-type application/json, not {mime:?}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `localhost`, `*.localhost`, or a loopback address, with an optional port.
+fn is_loopback_authority(authority: &str) -> bool {
+    let host = if let Some(rest) = authority.strip_prefix('[') {
+        rest.split_once(']').map_or("", |(h, _)| h)
+    } else {
+        authority.rsplit_once(':').map_or(authority, |(h, _)| h)
+    };
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return ip.is_loopback();
+    }
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    host == "localhost" || host.ends_with(".localhost")
+}
+
 /// Refuse a principal acting for another agent's work.
 pub fn check_agent(principal: &Principal, agent_id: &str) -> Result<(), ApiError> {
     if principal.may_act_for(agent_id) {
@@ -74,5 +135,38 @@ pub fn check_agent(principal: &Principal, agent_id: &str) -> Result<(), ApiError
         Err(ApiError::Forbidden(format!(
             "this token may not act for agent {agent_id:?}"
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_loopback_authority;
+
+    #[test]
+    fn loopback_authorities() {
+        for ok in [
+            "localhost",
+            "localhost:8080",
+            "LOCALHOST.",
+            "api.localhost:1",
+            "127.0.0.1",
+            "127.1.2.3:80",
+            "[::1]:8080",
+            "[::1]",
+        ] {
+            assert!(is_loopback_authority(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "evil.example:8080",
+            "localhost.evil.example",
+            "10.0.0.1:8080",
+            "[::2]:80",
+            "0.0.0.0",
+            "",
+            "127.0.0.1.nip.io",
+        ] {
+            assert!(!is_loopback_authority(bad), "{bad}");
+        }
     }
 }

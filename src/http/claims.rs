@@ -8,6 +8,7 @@ use axum::Json;
 use axum::extract::{Extension, State};
 use axum::routing::post;
 use serde_json::{Value, json};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::auth::check_agent;
@@ -16,9 +17,10 @@ use super::extract::{JsonBody, body_object, int_field, string_field};
 use super::{AppState, RouteTable};
 use crate::domain::access::Principal;
 use crate::domain::task::valid_name;
-use crate::services::work_signal::WAKE_ALL;
 use crate::store::claim::{self as store_claim, ClaimRequest, Claimed};
 
+/// `Retry-After` of a claim refused because `claim_max_waiters` requests already wait.
+const WAITERS_RETRY_AFTER_S: u64 = 1;
 /// Most instances one claim may take.
 pub const MAX_INSTANCES_PER_CLAIM: i64 = 100;
 /// While work exists that cannot be claimed yet (paused task, concurrency limit), look again at
@@ -75,15 +77,28 @@ async fn claim(
     };
     let wait = int_field(&m, "wait_seconds", 0, 0, settings.max_wait_seconds)?;
     check_agent(&principal, &req.agent_id)?;
+    if state.shutdown.is_cancelled() {
+        return Err(shutting_down());
+    }
     let deadline = Instant::now() + Duration::from_secs(wait.unsigned_abs());
     let actor = format!("agent:{}", req.worker_id);
     let mut relook = FIRST_RELOOK;
+    // Registered before the first look, so a notification during it is kept; counts against
+    // `claim_max_waiters` only once the request actually waits.
+    let waiter = state.work_signal.waiter(&req.agent_id);
+    let mut waiting: Option<WaitSlot> = None;
 
     loop {
-        // Subscribe before looking, so a notification between the look and the wait is kept.
-        let mut wake = state.work_signal.subscribe();
+        let notified = waiter.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
         let claimed = store_claim::claim(&state.pool, &req, &actor).await?;
         if !claimed.is_empty() {
+            metrics::counter!("kairos_claims_total", "outcome" => "claimed").increment(1);
+            if claimed.len() as i64 >= req.max_instances {
+                // A full batch: there is likely more, so the next waiter looks too.
+                waiter.pass_on();
+            }
             for c in &claimed {
                 let i = &c.instance;
                 tracing::debug!(task_id = %i.task_id, window_key = %i.window_key, instance_id = %i.id, attempt = i.attempt, worker_id = %req.worker_id, "instance claimed");
@@ -92,12 +107,29 @@ async fn claim(
                 "instances": claimed.iter().map(Claimed::to_json).collect::<Vec<_>>()
             })));
         }
+        metrics::counter!("kairos_claims_total", "outcome" => "empty").increment(1);
         let now = Instant::now();
         if now >= deadline || state.shutdown.is_cancelled() {
             return Ok(Json(json!({ "instances": [] })));
         }
+        if waiting.is_none() {
+            match state.claim_waiters.clone().try_acquire_owned() {
+                Ok(permit) => waiting = Some(WaitSlot::new(permit)),
+                Err(_) => {
+                    metrics::counter!("kairos_claim_waiters_refused_total").increment(1);
+                    tracing::warn!(agent_id = %req.agent_id, worker_id = %req.worker_id, max_waiters = state.claims.max_waiters, reason = "claim_max_waiters reached", "long poll refused");
+                    return Err(ApiError::TooManyRequests {
+                        detail: format!(
+                            "this replica already holds {} waiting claims (claim_max_waiters); retry later or claim without wait_seconds",
+                            state.claims.max_waiters
+                        ),
+                        retry_after_s: WAITERS_RETRY_AFTER_S,
+                    });
+                }
+            }
+        }
         // Sleep until the earliest of: the deadline, the next delayed window of this agent,
-        // the fallback poll; or a notification for this agent; or shutdown.
+        // the fallback poll; or a wake-up for this agent; or shutdown.
         let (next, db_now) = store_claim::next_available_at(&state.pool, &req.agent_id).await?;
         let mut until = deadline;
         if let Some(next) = next {
@@ -111,23 +143,34 @@ async fn claim(
             };
             until = until.min(at);
         }
-        let agent = req.agent_id.as_str();
         tokio::select! {
             _ = state.shutdown.cancelled() => {}
             _ = tokio::time::sleep_until(until) => {}
-            _ = async {
-                loop {
-                    match wake.recv().await {
-                        Ok(a) if a == agent || a == WAKE_ALL => break,
-                        Ok(_) => continue,
-                        // Lagged: some notification may have been ours.
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => {
-                            std::future::pending::<()>().await;
-                        }
-                    }
-                }
-            } => {}
+            _ = &mut notified => {}
         }
     }
+}
+
+/// A long poll's place among `claim_max_waiters`, counted in `kairos_claim_waiters`.
+struct WaitSlot(#[allow(dead_code)] OwnedSemaphorePermit);
+
+impl WaitSlot {
+    fn new(permit: OwnedSemaphorePermit) -> Self {
+        metrics::gauge!("kairos_claim_waiters").increment(1.0);
+        Self(permit)
+    }
+}
+
+impl Drop for WaitSlot {
+    fn drop(&mut self) {
+        metrics::gauge!("kairos_claim_waiters").decrement(1.0);
+    }
+}
+
+/// A claim that arrives after shutdown began: another replica can serve it at once.
+fn shutting_down() -> ApiError {
+    ApiError::ShuttingDown(
+        "this replica is shutting down and takes no new claims; retry (another replica will answer)"
+            .to_owned(),
+    )
 }

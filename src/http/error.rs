@@ -23,19 +23,30 @@ pub enum ApiError {
     MethodNotAllowed(String),
     /// 409: a conflict, a stale fence or an illegal transition.
     Conflict(String),
+    /// 408: the request did not finish within `http_request_timeout_seconds`.
+    RequestTimeout(String),
     /// 412: `If-Match` named another version.
     PreconditionFailed(String),
     /// 413.
     TooLarge(String),
     /// 415.
     UnsupportedMediaType(String),
+    /// 421: in open mode, a `Host` that is not a loopback name or address.
+    MisdirectedRequest(String),
     /// 422: values that parse but are not allowed.
     Invalid(Vec<FieldError>),
+    /// 429 with `Retry-After`: a per-process limit (long-poll waiters) is reached.
+    TooManyRequests { detail: String, retry_after_s: u64 },
+    /// 503 with `Retry-After`: this replica is shutting down and takes no new work.
+    ShuttingDown(String),
     /// 503: the database is unavailable.
     Unavailable(String),
     /// 500: logged, never detailed to the client.
     Internal(String),
 }
+
+/// `Retry-After` of a claim refused during shutdown: another replica can take it at once.
+pub const SHUTDOWN_RETRY_AFTER_S: u64 = 1;
 
 impl ApiError {
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
@@ -71,7 +82,11 @@ impl ApiError {
             | ApiError::Conflict(m)
             | ApiError::PreconditionFailed(m)
             | ApiError::TooLarge(m)
-            | ApiError::UnsupportedMediaType(m) => m.clone(),
+            | ApiError::UnsupportedMediaType(m)
+            | ApiError::RequestTimeout(m)
+            | ApiError::MisdirectedRequest(m)
+            | ApiError::ShuttingDown(m)
+            | ApiError::TooManyRequests { detail: m, .. } => m.clone(),
         }
     }
 
@@ -105,6 +120,26 @@ impl ApiError {
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported-media-type",
                 "Unsupported media type",
+            ),
+            ApiError::RequestTimeout(_) => (
+                StatusCode::REQUEST_TIMEOUT,
+                "request-timeout",
+                "Request timeout",
+            ),
+            ApiError::MisdirectedRequest(_) => (
+                StatusCode::MISDIRECTED_REQUEST,
+                "misdirected-request",
+                "Misdirected request",
+            ),
+            ApiError::TooManyRequests { .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too-many-requests",
+                "Too many requests",
+            ),
+            ApiError::ShuttingDown(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "shutting-down",
+                "Shutting down",
             ),
             ApiError::Invalid(_) => (
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -185,11 +220,20 @@ impl IntoResponse for ApiError {
             ApiError::Unavailable(m) => tracing::warn!(error = %m, "database unavailable"),
             _ => {}
         }
+        let retry_after_s = match &self {
+            ApiError::TooManyRequests { retry_after_s, .. } => Some(*retry_after_s),
+            ApiError::ShuttingDown(_) => Some(SHUTDOWN_RETRY_AFTER_S),
+            _ => None,
+        };
         let mut resp = (status, axum::Json(body)).into_response();
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
+        if let Some(s) = retry_after_s {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
         resp
     }
 }

@@ -35,7 +35,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
             "migrations pending".to_owned()
         }
         Err(e) => {
-            problems.push(format!("database unreachable: {e}"));
+            // The detail (host names, roles, server messages) goes to the log, not to an
+            // unauthenticated caller.
+            tracing::warn!(error = %crate::services::error_chain(&e), "readiness: database unreachable");
+            problems.push("database unreachable".to_owned());
             "unreachable".to_owned()
         }
     };

@@ -53,12 +53,17 @@ fn not_found_instance(e: store::Error, id: &Uuid) -> ApiError {
 
 async fn get_instance(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_instance_id(&id)?;
     let inst = store_instances::get_instance(&state.pool, id)
         .await
         .map_err(|e| not_found_instance(e, &id))?;
+    if !principal.may_read(&inst.agent_id) {
+        tracing::debug!(principal = %principal.label, instance_id = %id, task_id = %inst.task_id, reason = "another agent's instance", "read hidden");
+        return Err(not_found_instance(store::Error::NotFound, &id));
+    }
     let evs = events::list_events(&state.pool, id).await?;
     let mut v = instance_json(&inst);
     v["events"] = serde_json::to_value(&evs).unwrap_or(Value::Null);
@@ -77,10 +82,12 @@ fn parse_cursor(raw: &str) -> Result<(DateTime<Utc>, Uuid), ApiError> {
 
 async fn list_instances(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     q: QueryParams,
 ) -> Result<Json<Value>, ApiError> {
     q.only(&[
         "task_id",
+        "agent_id",
         "status",
         "window_key",
         "from",
@@ -106,6 +113,8 @@ async fn list_instances(
     }
     let filter = store_instances::InstanceFilter {
         task_id: q.str("task_id").map(str::to_owned),
+        agent_id: q.str("agent_id").map(str::to_owned),
+        agents_in: principal.readable_agents().map(<[String]>::to_vec),
         statuses,
         window_key: q.str("window_key").map(str::to_owned),
         from,

@@ -8,6 +8,7 @@ pub mod error;
 pub mod extract;
 pub mod health;
 pub mod instances;
+pub mod server;
 pub mod tasks;
 
 use axum::Router;
@@ -18,6 +19,7 @@ use tower_http::trace::TraceLayer;
 
 use std::sync::Arc;
 
+use crate::config::Config;
 use crate::domain::access::Tokens;
 use crate::outbound::AllowList;
 use crate::services::Heartbeats;
@@ -34,15 +36,24 @@ pub struct ClaimSettings {
     pub max_lease_seconds: i64,
     /// Longest `wait_seconds` of a long-poll claim (`claim_max_wait_seconds`).
     pub max_wait_seconds: i64,
+    /// Most long polls waiting at once in this process (`claim_max_waiters`).
+    pub max_waiters: usize,
+}
+
+impl ClaimSettings {
+    pub fn from_config(cfg: &Config) -> Self {
+        Self {
+            default_lease_seconds: cfg.default_lease_seconds,
+            max_lease_seconds: cfg.max_lease_seconds,
+            max_wait_seconds: cfg.claim_max_wait_seconds,
+            max_waiters: cfg.claim_max_waiters,
+        }
+    }
 }
 
 impl Default for ClaimSettings {
     fn default() -> Self {
-        Self {
-            default_lease_seconds: 60,
-            max_lease_seconds: 3600,
-            max_wait_seconds: 30,
-        }
+        Self::from_config(&Config::default())
     }
 }
 
@@ -62,6 +73,11 @@ pub struct AppState {
     pub allow_list: AllowList,
     /// Single complete, fail and heartbeat calls share transactions through it.
     pub group: crate::store::group_commit::GroupCommit,
+    /// One permit per long poll allowed to wait (`claim_max_waiters`).
+    pub claim_waiters: Arc<tokio::sync::Semaphore>,
+    /// How long a request may take (`http_request_timeout_seconds`); long polls get their
+    /// wait on top.
+    pub request_timeout: std::time::Duration,
 }
 
 /// A router that remembers which (method, path) pairs it serves.
@@ -115,7 +131,38 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
             state.clone(),
             auth::authenticate,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            request_timeout,
+        ))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// Cut off a request that takes longer than `http_request_timeout_seconds` (a long poll gets its
+/// longest wait on top): 408. Work done so far is rolled back with its transaction.
+async fn request_timeout(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let mut limit = state.request_timeout;
+    if req.uri().path() == "/v1/claims" {
+        limit += std::time::Duration::from_secs(state.claims.max_wait_seconds.unsigned_abs());
+    }
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => {
+            tracing::warn!(%method, %path, timeout_s = limit.as_secs(), reason = "request timeout", "request cut off");
+            ApiError::RequestTimeout(format!(
+                "the request did not finish within {} s",
+                limit.as_secs()
+            ))
+            .into_response()
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! previews.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use super::error::ApiError;
 use super::extract::{JsonBody, QueryParams, decode_cursor, encode_cursor, page_limit};
 use super::{AppState, RouteTable};
+use crate::domain::access::{Principal, redact_url};
 use crate::domain::schedule::{CronSchedule, format_instant, window_key};
 use crate::domain::task::{FieldError, Task, parse_submission};
 use crate::store::{self, tasks as store_tasks};
@@ -60,6 +61,34 @@ pub fn task_json(t: &Task) -> Value {
         o.insert("updated_at".into(), json!(format_instant(t.updated_at)));
     }
     v
+}
+
+/// The task as `principal` may see it: another agent's task is 404 for an agent token limited
+/// to some agents, and only admins see the path and query of webhook and notification URLs.
+fn visible_task(t: &Task, principal: &Principal) -> Result<Value, ApiError> {
+    if !principal.may_read(&t.spec.agent_id) {
+        tracing::debug!(principal = %principal.label, task_id = %t.spec.id.as_str(), reason = "another agent's task", "read hidden");
+        return Err(ApiError::NotFound(format!(
+            "no task with id {:?}",
+            t.spec.id.as_str()
+        )));
+    }
+    let mut v = task_json(t);
+    if !principal.sees_url_paths() {
+        if let Some(Value::String(url)) = v.pointer_mut("/dispatch/url") {
+            *url = redact_url(url);
+        }
+        for list in ["on_success", "on_failure"] {
+            if let Some(Value::Array(urls)) = v.pointer_mut(&format!("/notify/{list}")) {
+                for u in urls.iter_mut() {
+                    if let Value::String(url) = u {
+                        *url = redact_url(url);
+                    }
+                }
+            }
+        }
+    }
+    Ok(v)
 }
 
 fn task_response(status: StatusCode, t: &Task) -> Response {
@@ -136,12 +165,17 @@ async fn put_task(
 
 async fn get_task(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let task = store_tasks::get_task(&state.pool, &id)
         .await
         .map_err(|e| not_found_task(e, &id))?;
-    Ok(task_response(StatusCode::OK, &task))
+    let mut resp = Json(visible_task(&task, &principal)?).into_response();
+    if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", task.version)) {
+        resp.headers_mut().insert(header::ETAG, etag);
+    }
+    Ok(resp)
 }
 
 /// Webhook and notification URLs must name an allowed host (`outbound_allowed_hosts`).
@@ -193,6 +227,7 @@ async fn delete_task(
 
 async fn list_tasks(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     q: QueryParams,
 ) -> Result<Json<Value>, ApiError> {
     q.only(&["agent_id", "paused", "limit", "cursor"])?;
@@ -200,6 +235,7 @@ async fn list_tasks(
     let after_id = q.str("cursor").map(decode_cursor).transpose()?;
     let filter = store_tasks::TaskFilter {
         agent_id: q.str("agent_id").map(str::to_owned),
+        agents_in: principal.readable_agents().map(<[String]>::to_vec),
         paused: q.bool("paused")?,
         after_id,
         limit: limit + 1,
@@ -212,7 +248,10 @@ async fn list_tasks(
         None
     };
     Ok(Json(json!({
-        "items": tasks.iter().map(task_json).collect::<Vec<_>>(),
+        "items": tasks
+            .iter()
+            .map(|t| visible_task(t, &principal))
+            .collect::<Result<Vec<_>, _>>()?,
         "next_cursor": next_cursor,
     })))
 }
@@ -262,6 +301,7 @@ async fn resume_task(
 
 async fn preview_task(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     q: QueryParams,
 ) -> Result<Json<Value>, ApiError> {
@@ -271,6 +311,7 @@ async fn preview_task(
     let task = store_tasks::get_task(&state.pool, &id)
         .await
         .map_err(|e| not_found_task(e, &id))?;
+    visible_task(&task, &principal)?;
     let from = match from {
         Some(f) => f,
         None => store::now(&state.pool).await?,

@@ -1,13 +1,22 @@
-//! Wake-ups for long-polling claims. One `LISTEN kairos_work` connection per process fans
-//! notifications (payload: the agent id with claimable work) out to every waiting request over
-//! a broadcast channel, so waiting agents hold no database connection of their own: the number
-//! of connections stays bounded however many agents wait.
+//! Wake-ups for long-polling claims. One `LISTEN kairos_work` connection per process turns
+//! notifications (payload: the agent id with claimable work) into wake-ups, so waiting agents
+//! hold no database connection of their own: the number of connections stays bounded however
+//! many agents wait.
+//!
+//! Waiters of one agent do not wake as a herd. A notification wakes the agent's longest
+//! waiting request only; a waiter whose claim came back full passes the wake-up on to the next
+//! ([`Waiter::pass_on`]), so as many wake up as there is work for. A wake-up given to a request
+//! that goes away before using it moves on to the next waiter. The webhook dispatcher, one per
+//! process, subscribes to every notification over a broadcast channel.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
-use tokio::sync::broadcast;
+use tokio::sync::futures::Notified;
+use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use super::{error_backoff, error_chain};
@@ -16,9 +25,46 @@ use crate::store::WORK_CHANNEL;
 /// Sent to every waiter when notifications may have been lost (listener reconnected): wake all.
 pub const WAKE_ALL: &str = "*";
 
+/// Per agent id, the wake-up of the requests waiting for its work and how many there are. An
+/// entry lives while it has waiters.
+type Agents = Arc<Mutex<HashMap<String, (Arc<Notify>, usize)>>>;
+
 #[derive(Clone)]
 pub struct WorkSignal {
     tx: broadcast::Sender<String>,
+    agents: Agents,
+}
+
+/// One request's registration as a waiter for an agent's work.
+pub struct Waiter {
+    agents: Agents,
+    agent: String,
+    notify: Arc<Notify>,
+}
+
+impl Waiter {
+    /// A wake-up for this agent. Call `enable` on it before looking for work, so a
+    /// notification between the look and the wait is kept.
+    pub fn notified(&self) -> Notified<'_> {
+        self.notify.notified()
+    }
+
+    /// There is likely more work than this waiter took: wake the next one.
+    pub fn pass_on(&self) {
+        self.notify.notify_one();
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let mut agents = self.agents.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, count)) = agents.get_mut(&self.agent) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                agents.remove(&self.agent);
+            }
+        }
+    }
 }
 
 impl Default for WorkSignal {
@@ -30,7 +76,44 @@ impl Default for WorkSignal {
 impl WorkSignal {
     pub fn new() -> Self {
         let (tx, _) = broadcast::channel(1024);
-        Self { tx }
+        Self {
+            tx,
+            agents: Arc::default(),
+        }
+    }
+
+    /// Register a request waiting for `agent`'s work.
+    pub fn waiter(&self, agent: &str) -> Waiter {
+        let mut agents = self.agents.lock().unwrap_or_else(PoisonError::into_inner);
+        let (notify, count) = agents
+            .entry(agent.to_owned())
+            .or_insert_with(|| (Arc::new(Notify::new()), 0));
+        *count += 1;
+        Waiter {
+            agents: self.agents.clone(),
+            agent: agent.to_owned(),
+            notify: notify.clone(),
+        }
+    }
+
+    /// Requests waiting now, over every agent.
+    pub fn waiting(&self) -> usize {
+        let agents = self.agents.lock().unwrap_or_else(PoisonError::into_inner);
+        agents.values().map(|(_, n)| n).sum()
+    }
+
+    /// A notification for `payload`: the dispatcher hears every one; of the agent's waiting
+    /// requests only the longest waiting wakes ([`WAKE_ALL`] wakes everyone).
+    fn notify(&self, payload: &str) {
+        let _ = self.tx.send(payload.to_owned());
+        let agents = self.agents.lock().unwrap_or_else(PoisonError::into_inner);
+        if payload == WAKE_ALL {
+            for (notify, _) in agents.values() {
+                notify.notify_waiters();
+            }
+        } else if let Some((notify, _)) = agents.get(payload) {
+            notify.notify_one();
+        }
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<String> {
@@ -39,7 +122,7 @@ impl WorkSignal {
 
     /// Wake every waiter of this process (shutdown, tests).
     pub fn wake_all(&self) {
-        let _ = self.tx.send(WAKE_ALL.to_owned());
+        self.notify(WAKE_ALL);
     }
 
     /// Forward notifications until `shutdown`; reconnect with backoff on errors.
@@ -73,9 +156,7 @@ impl WorkSignal {
                     biased;
                     _ = shutdown.cancelled() => return,
                     n = listener.recv() => match n {
-                        Ok(n) => {
-                            let _ = self.tx.send(n.payload().to_owned());
-                        }
+                        Ok(n) => self.notify(n.payload()),
                         Err(e) => {
                             tracing::warn!(error = %error_chain(&e), "work signal lost its connection; reconnecting");
                             break;

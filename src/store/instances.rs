@@ -376,6 +376,9 @@ pub async fn get_instance(pool: &PgPool, id: Uuid) -> Result<Instance> {
 #[derive(Debug, Clone, Default)]
 pub struct InstanceFilter {
     pub task_id: Option<String>,
+    pub agent_id: Option<String>,
+    /// Only these agents' instances (an agent token's scope).
+    pub agents_in: Option<Vec<String>>,
     pub statuses: Vec<InstanceStatus>,
     pub window_key: Option<String>,
     /// `scheduled_at >= from`.
@@ -394,6 +397,14 @@ pub async fn list_instances(pool: &PgPool, f: &InstanceFilter) -> Result<Vec<Ins
     ));
     if let Some(t) = &f.task_id {
         q.push(" and task_id = ").push_bind(t.clone());
+    }
+    if let Some(a) = &f.agent_id {
+        q.push(" and agent_id = ").push_bind(a.clone());
+    }
+    if let Some(agents) = &f.agents_in {
+        q.push(" and agent_id = any(")
+            .push_bind(agents.clone())
+            .push(")");
     }
     if !f.statuses.is_empty() {
         let names: Vec<String> = f.statuses.iter().map(|s| s.as_str().to_owned()).collect();

@@ -67,6 +67,8 @@ pub async fn get_task(pool: &PgPool, id: &str) -> Result<Task> {
 #[derive(Debug, Clone, Default)]
 pub struct TaskFilter {
     pub agent_id: Option<String>,
+    /// Only these agents' tasks (an agent token's scope).
+    pub agents_in: Option<Vec<String>>,
     pub paused: Option<bool>,
     /// Keyset cursor: ids strictly greater than this.
     pub after_id: Option<String>,
@@ -80,6 +82,11 @@ pub async fn list_tasks(pool: &PgPool, f: &TaskFilter) -> Result<Vec<Task>> {
     ));
     if let Some(a) = &f.agent_id {
         q.push(" and agent_id = ").push_bind(a.clone());
+    }
+    if let Some(agents) = &f.agents_in {
+        q.push(" and agent_id = any(")
+            .push_bind(agents.clone())
+            .push(")");
     }
     if let Some(p) = f.paused {
         q.push(" and paused = ").push_bind(p);

@@ -42,11 +42,16 @@ impl TestApp {
 
     /// Any combination of loops and limits.
     pub async fn spawn_opts(pool: PgPool, opts: Options) -> TestApp {
+        Self::spawn_pools(pool.clone(), app::Pools::shared(pool), opts).await
+    }
+
+    /// As `spawn_opts`, with the process's own pools; `pool` stays the test's.
+    pub async fn spawn_pools(pool: PgPool, pools: app::Pools, opts: Options) -> TestApp {
         kairos::outbound::install_crypto_provider();
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
-        let running = app::start(pool.clone(), listener, opts).expect("start kairos");
+        let running = app::start(pools, listener, opts).expect("start kairos");
         TestApp {
             addr: running.addr,
             pool,
@@ -86,6 +91,13 @@ impl TestApp {
     pub fn kill(mut self) {
         if let Some(r) = self.running.take() {
             r.abort();
+        }
+    }
+
+    /// The first step of a shutdown: no new work is taken.
+    pub fn stop_taking_work(&self) {
+        if let Some(r) = &self.running {
+            r.stop_taking_work();
         }
     }
 
