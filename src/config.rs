@@ -73,6 +73,8 @@ pub struct Config {
     pub public_url: String,
     /// Hosts webhook and notification URLs may name (comma-separated); empty allows any.
     pub outbound_allowed_hosts: String,
+    /// Refuse loopback and private destinations too (link-local and the like always are).
+    pub outbound_deny_private: bool,
     pub webhook_interval_ms: u64,
     pub webhook_max_in_flight: usize,
     pub webhook_max_per_task: i64,
@@ -109,6 +111,7 @@ impl Default for Config {
             auth_tokens: Secret::default(),
             public_url: String::new(),
             outbound_allowed_hosts: String::new(),
+            outbound_deny_private: false,
             webhook_interval_ms: 1000,
             webhook_max_in_flight: 64,
             webhook_max_per_task: 8,
@@ -235,6 +238,7 @@ impl Config {
             auth_tokens,
             public_url,
             outbound_allowed_hosts,
+            outbound_deny_private,
             webhook_interval_ms,
             webhook_max_in_flight,
             webhook_max_per_task,
@@ -429,6 +433,7 @@ mod tests {
         assert_eq!(cfg.shutdown_grace_seconds, d.shutdown_grace_seconds);
         assert_eq!(cfg.public_url, d.public_url);
         assert_eq!(cfg.outbound_allowed_hosts, d.outbound_allowed_hosts);
+        assert_eq!(cfg.outbound_deny_private, d.outbound_deny_private);
         assert_eq!(cfg.webhook_interval_ms, d.webhook_interval_ms);
         assert_eq!(cfg.webhook_max_in_flight, d.webhook_max_in_flight);
         assert_eq!(cfg.webhook_max_per_task, d.webhook_max_per_task);
