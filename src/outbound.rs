@@ -367,10 +367,10 @@ fn describe(e: reqwest::Error) -> String {
         }
         cur = c.source();
     }
-    if e.is_timeout() {
-        NO_ANSWER.to_owned()
-    } else if e.is_connect() {
+    if e.is_connect() {
         format!("connection failed: {}", crate::services::error_chain(&e))
+    } else if e.is_timeout() {
+        NO_ANSWER.to_owned()
     } else {
         crate::services::error_chain(&e)
     }

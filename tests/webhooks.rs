@@ -716,22 +716,39 @@ async fn a_webhook_to_a_link_local_address_is_refused_at_registration(pool: PgPo
 
 #[sqlx::test]
 async fn a_webhook_to_a_name_that_resolves_to_link_local_is_refused_at_connect(pool: PgPool) {
-    let app = TestApp::spawn(pool.clone()).await;
+    // The replica's own dispatcher, with a resolver that answers the name with the metadata
+    // address.
+    let mut opts = Options::api_only("rebind");
+    let mut wh = WebhookDispatcherConfig::new("rebind", "");
+    wh.interval = Duration::from_millis(100);
+    opts.webhook = Some(wh);
+    opts.outbound = pinned("metadata.example", "169.254.169.254", false);
+    let app = TestApp::spawn_opts(pool.clone(), opts).await;
     // A name passes registration; its addresses are checked when the push connects.
-    webhook_task(&app, "rebound", "http://metadata.example/latest", json!({})).await;
-    app.post("/v1/tasks/rebound/trigger", json!({})).await;
-    let policy = pinned("metadata.example", "169.254.169.254", false);
-    let report = dispatcher_with(&pool, &app, policy)
-        .run_once()
-        .await
-        .expect("dispatch");
-    assert_eq!(report.num_failed, 1);
-    let (error, kind, status): (String, String, String) = sqlx::query_as(
-        "select error, error_kind, status from task_instance where task_id = 'rebound'",
+    webhook_task(
+        &app,
+        "rebound",
+        "http://metadata.example/latest",
+        json!({"retry_backoff": {"base_seconds": 600, "max_seconds": 600, "jitter": 0}}),
     )
-    .fetch_one(&pool)
-    .await
-    .expect("instance");
+    .await;
+    app.post("/v1/tasks/rebound/trigger", json!({})).await;
+    let (error, kind, status): (String, String, String) =
+        eventually(Duration::from_secs(10), "the failed push", || {
+            let pool = pool.clone();
+            async move {
+                sqlx::query_as(
+                    "select error, error_kind, status from task_instance \
+                     where task_id = 'rebound' and error is not null",
+                )
+                .fetch_optional(&pool)
+                .await
+                .ok()
+                .flatten()
+            }
+        })
+        .await;
+    app.shutdown().await;
     assert_eq!(status, "FAILED");
     assert_eq!(kind, "dispatch");
     assert_eq!(
