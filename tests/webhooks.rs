@@ -723,6 +723,8 @@ async fn a_webhook_to_a_name_that_resolves_to_link_local_is_refused_at_connect(p
     wh.interval = Duration::from_millis(100);
     opts.webhook = Some(wh);
     opts.outbound = pinned("metadata.example", "169.254.169.254", false);
+    // Being on the allow-list does not exempt a host from the address check.
+    opts.outbound.allow_list = outbound::AllowList::parse("metadata.example");
     let app = TestApp::spawn_opts(pool.clone(), opts).await;
     // A name passes registration; its addresses are checked when the push connects.
     webhook_task(
