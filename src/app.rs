@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::domain::access::Tokens;
 use crate::http::server::ServerLimits;
 use crate::http::{self, AppState, ClaimSettings};
-use crate::outbound::AllowList;
+use crate::outbound::{self, AllowList};
 use crate::services::Heartbeats;
 use crate::services::notifier::{Notifier, NotifierConfig};
 use crate::services::pruner::{Pruner, PrunerConfig};
@@ -49,8 +49,8 @@ pub struct Options {
     /// Webhook pushes; its `public_url`, when empty, becomes `http://<bound address>`.
     pub webhook: Option<WebhookDispatcherConfig>,
     pub notifier: Option<NotifierConfig>,
-    /// Hosts webhook and notification URLs may name (checked at registration too).
-    pub allow_list: AllowList,
+    /// Where webhook pushes and notifications may go (checked at registration too).
+    pub outbound: outbound::Policy,
     pub pruner: Option<PrunerConfig>,
     /// How often `kairos_instances{status}` is sampled; `None` leaves the sampler out.
     pub stats_interval: Option<Duration>,
@@ -92,16 +92,18 @@ impl Options {
                 max_in_flight: cfg.webhook_max_in_flight,
                 max_per_task: cfg.webhook_max_per_task,
                 public_url: cfg.public_url.clone(),
-                allow_list: AllowList::parse(&cfg.outbound_allowed_hosts),
             }),
             notifier: Some(NotifierConfig {
                 interval: Duration::from_millis(cfg.notifier_interval_ms),
                 timeout: Duration::from_secs(cfg.notify_timeout_seconds),
                 max_age_seconds: cfg.notify_max_age_seconds,
-                allow_list: AllowList::parse(&cfg.outbound_allowed_hosts),
                 ..NotifierConfig::default()
             }),
-            allow_list: AllowList::parse(&cfg.outbound_allowed_hosts),
+            outbound: outbound::Policy {
+                allow_list: AllowList::parse(&cfg.outbound_allowed_hosts),
+                deny_private: cfg.outbound_deny_private,
+                pinned: Default::default(),
+            },
             pruner: Some(PrunerConfig {
                 interval: Duration::from_millis(cfg.pruner_interval_ms),
                 retention_days: cfg.retention_days,
@@ -127,7 +129,7 @@ impl Options {
             tokens: Arc::new(Tokens::default()),
             webhook: None,
             notifier: None,
-            allow_list: AllowList::default(),
+            outbound: outbound::Policy::default(),
             pruner: None,
             stats_interval: None,
         }
@@ -179,6 +181,8 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
         group_commit::DEFAULT_COMMITTERS,
         group_commit::DEFAULT_MAX_BATCH,
     );
+    // Fail closed: without the configured client nothing is sent.
+    let client = outbound::Client::new(opts.outbound.clone())?;
     let loops = CancellationToken::new();
     let http_stop = CancellationToken::new();
     let mut loop_tasks = JoinSet::new();
@@ -202,8 +206,13 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
         if cfg.public_url.is_empty() {
             cfg.public_url = format!("http://{addr}");
         }
-        let dispatcher =
-            WebhookDispatcher::new(loop_pool.clone(), cfg, heartbeats.clone(), group.clone());
+        let dispatcher = WebhookDispatcher::new(
+            loop_pool.clone(),
+            cfg,
+            heartbeats.clone(),
+            group.clone(),
+            client.clone(),
+        );
         loop_tasks.spawn(dispatcher.run(work_signal.clone(), loops.child_token()));
     }
     if let Some(cfg) = opts.pruner.clone() {
@@ -215,7 +224,7 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
         loop_tasks.spawn(stats.run(loops.child_token()));
     }
     if let Some(cfg) = opts.notifier.clone() {
-        let notifier = Notifier::new(loop_pool.clone(), cfg, heartbeats.clone());
+        let notifier = Notifier::new(loop_pool.clone(), cfg, heartbeats.clone(), client.clone());
         loop_tasks.spawn(notifier.run(loops.child_token()));
     }
 
@@ -228,7 +237,7 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
         // Long polls end when the loops stop: no new claims once shutdown begins.
         shutdown: loops.clone(),
         tokens: opts.tokens.clone(),
-        allow_list: opts.allow_list.clone(),
+        outbound: opts.outbound.clone(),
         group,
         claim_waiters: Arc::new(tokio::sync::Semaphore::new(opts.claims.max_waiters)),
         request_timeout: opts.request_timeout,

@@ -77,6 +77,8 @@ pub struct Config {
     pub public_url: String,
     /// Hosts webhook and notification URLs may name (comma-separated); empty allows any.
     pub outbound_allowed_hosts: String,
+    /// Refuse loopback and private destinations too (link-local and the like always are).
+    pub outbound_deny_private: bool,
     pub webhook_interval_ms: u64,
     pub webhook_max_in_flight: usize,
     pub webhook_max_per_task: i64,
@@ -117,6 +119,7 @@ impl Default for Config {
             auth_tokens: Secret::default(),
             public_url: String::new(),
             outbound_allowed_hosts: String::new(),
+            outbound_deny_private: false,
             webhook_interval_ms: 1000,
             webhook_max_in_flight: 64,
             webhook_max_per_task: 8,
@@ -270,6 +273,7 @@ impl Config {
             auth_tokens,
             public_url,
             outbound_allowed_hosts,
+            outbound_deny_private,
             webhook_interval_ms,
             webhook_max_in_flight,
             webhook_max_per_task,

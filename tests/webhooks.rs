@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use common::{TestApp, eventually, json};
 use hmac::{Hmac, KeyInit, Mac};
 use kairos::app::Options;
+use kairos::outbound::{self, Policy};
 use kairos::services::Heartbeats;
 use kairos::services::notifier::{Notifier, NotifierConfig};
 use kairos::services::retry_scanner::{RetryScanner, RetryScannerConfig};
@@ -34,6 +35,10 @@ enum Mode {
     Sleep(Duration),
     Redirect(String),
     Huge,
+    /// A 2xx success whose result holds U+0000 (`\u0000` in the JSON).
+    NulResult,
+    /// A 500 whose body holds a NUL byte.
+    NulError,
 }
 
 #[derive(Clone, Debug)]
@@ -81,6 +86,16 @@ async fn handle(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> R
         )
             .into_response(),
         Mode::Huge => axum::Json(json!({"status": "success", "result": "x".repeat(100 * 1024)}))
+            .into_response(),
+        Mode::NulResult => (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            r#"{"status": "success", "result": {"text": "a\u0000b"}}"#,
+        )
+            .into_response(),
+        Mode::NulError => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Bytes::from_static(b"bad\0body"),
+        )
             .into_response(),
         Mode::Sleep(d) => {
             tokio::time::sleep(d).await;
@@ -146,12 +161,30 @@ fn body_of(hit: &Hit) -> Value {
 }
 
 fn dispatcher(pool: &PgPool, app: &TestApp) -> WebhookDispatcher {
+    dispatcher_with(pool, app, Policy::default())
+}
+
+/// A dispatcher whose outbound client follows `policy`.
+fn dispatcher_with(pool: &PgPool, app: &TestApp, policy: Policy) -> WebhookDispatcher {
     WebhookDispatcher::new(
         pool.clone(),
         WebhookDispatcherConfig::new("d1", format!("http://{}", app.addr)),
         Heartbeats::default(),
         kairos::store::group_commit::GroupCommit::start(pool.clone(), 1, 64),
+        outbound::Client::new(policy).expect("outbound client"),
     )
+}
+
+/// A policy whose resolver answers `name` with `ip` (then checks it like any answer).
+fn pinned(name: &str, ip: &str, deny_private: bool) -> Policy {
+    let mut policy = Policy {
+        deny_private,
+        ..Policy::default()
+    };
+    policy
+        .pinned
+        .insert(name.to_owned(), vec![ip.parse().expect("address")]);
+    policy
 }
 
 async fn webhook_task(app: &TestApp, id: &str, url: &str, execution: Value) {
@@ -308,13 +341,28 @@ async fn a_failing_endpoint_is_retried_with_backoff_until_dead(pool: PgPool) {
 async fn a_202_answer_waits_for_the_agents_callback(pool: PgPool) {
     let receiver = Receiver::start(vec![Mode::Accept]).await;
     let app = TestApp::spawn(pool.clone()).await;
-    webhook_task(&app, "async", &receiver.url(), json!({})).await;
+    webhook_task(
+        &app,
+        "async",
+        &receiver.url(),
+        json!({"timeout_seconds": 300}),
+    )
+    .await;
     app.post("/v1/tasks/async/trigger", json!({})).await;
     let report = dispatcher(&pool, &app).run_once().await.expect("dispatch");
     assert_eq!(report.num_accepted, 1);
     let body = body_of(&receiver.hits()[0]);
     let id = body["instance"]["id"].as_str().expect("id").to_owned();
     assert_eq!(instance(&app, &id).await["status"], "RUNNING");
+    // Accepted: the lease is now the execution timeout, not the dispatch wait.
+    let lease_s: f64 = sqlx::query_scalar(
+        "select extract(epoch from lease_expires_at - now())::float8 from task_instance where id = $1::uuid",
+    )
+    .bind(&id)
+    .fetch_one(&pool)
+    .await
+    .expect("lease");
+    assert!((290.0..=300.0).contains(&lease_s), "lease {lease_s}s");
     // The agent calls back on the URL it was given, with the lease token.
     let callback = body["callbacks"]["complete"]
         .as_str()
@@ -334,11 +382,12 @@ async fn a_202_answer_waits_for_the_agents_callback(pool: PgPool) {
 }
 
 #[sqlx::test]
-async fn a_receiver_slower_than_the_timeout_fails_the_attempt_and_its_late_callback_gets_409(
+async fn a_receiver_slower_than_the_execution_timeout_fails_the_attempt_and_its_late_callback_gets_409(
     pool: PgPool,
 ) {
     let receiver = Receiver::start(vec![Mode::Sleep(Duration::from_secs(3))]).await;
     let app = TestApp::spawn(pool.clone()).await;
+    // The execution timeout (1 s) is shorter than the default dispatch timeout: it bounds the wait.
     webhook_task(&app, "slow", &receiver.url(), json!({"timeout_seconds": 1})).await;
     app.post("/v1/tasks/slow/trigger", json!({})).await;
     let started = Instant::now();
@@ -353,7 +402,10 @@ async fn a_receiver_slower_than_the_timeout_fails_the_attempt_and_its_late_callb
     let failed = instance(&app, &id).await;
     assert_eq!(failed["status"], "FAILED");
     assert_eq!(failed["error_kind"], "dispatch");
-    assert_eq!(failed["error"], "no answer within the timeout");
+    assert_eq!(
+        failed["error"],
+        "no answer within 1s (execution.timeout_seconds)"
+    );
     let (status, _) = json(
         app.post(
             &format!("/v1/instances/{id}/complete"),
@@ -409,7 +461,12 @@ async fn a_notification_written_before_a_crash_is_delivered_after_restart(pool: 
         },
         ..NotifierConfig::default()
     };
-    let notifier = Notifier::new(pool.clone(), config, Heartbeats::default());
+    let notifier = Notifier::new(
+        pool.clone(),
+        config,
+        Heartbeats::default(),
+        outbound::Client::new(Policy::default()).expect("outbound client"),
+    );
     eventually(Duration::from_secs(10), "the delivery", || {
         let notifier = &notifier;
         async move { (notifier.run_once().await.expect("notify").num_delivered == 1).then_some(()) }
@@ -557,7 +614,7 @@ async fn redirects_are_not_followed_and_count_as_a_failed_push(pool: PgPool) {
 #[sqlx::test]
 async fn outbound_urls_outside_the_allow_list_are_refused_at_registration(pool: PgPool) {
     let mut opts = Options::api_only("allow");
-    opts.allow_list = kairos::outbound::AllowList::parse("hooks.example.com");
+    opts.outbound.allow_list = kairos::outbound::AllowList::parse("hooks.example.com");
     let app = TestApp::spawn_opts(pool, opts).await;
     let (status, problem) = json(
         app.put(
@@ -593,5 +650,404 @@ async fn an_oversized_answer_is_not_read_past_its_bound(pool: PgPool) {
             .unwrap_or("")
             .contains("larger than 65536 bytes"),
         "{failed}"
+    );
+}
+
+/// The `field` → `message` pairs of a problem's `errors`.
+fn errors_of(problem: &Value) -> Vec<(String, String)> {
+    problem["errors"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    (
+                        e["field"].as_str().unwrap_or("").to_owned(),
+                        e["message"].as_str().unwrap_or("").to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[sqlx::test]
+async fn a_webhook_to_a_link_local_address_is_refused_at_registration(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let (status, problem) = json(
+        app.put(
+            "/v1/tasks/metadata",
+            json!({"agent_id": "a", "trigger": {"type": "manual"},
+                   "dispatch": {"mode": "webhook", "url": "http://169.254.169.254/latest/meta-data", "secret": SECRET},
+                   "notify": {"on_success": ["http://[::ffff:169.254.169.254]/x", "http://127.0.0.1:9/ok"],
+                              "on_failure": ["http://0.0.0.0:8080/", "http://2852039166/", "http://[ff02::1]/"]}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 422, "{problem}");
+    assert_eq!(
+        errors_of(&problem),
+        vec![
+            (
+                "dispatch.url".to_owned(),
+                "destination 169.254.169.254 refused: link-local".to_owned()
+            ),
+            (
+                "notify.on_success[0]".to_owned(),
+                "destination ::ffff:169.254.169.254 refused: link-local".to_owned()
+            ),
+            (
+                "notify.on_failure[0]".to_owned(),
+                "destination 0.0.0.0 refused: unspecified".to_owned()
+            ),
+            (
+                "notify.on_failure[1]".to_owned(),
+                "destination 169.254.169.254 refused: link-local".to_owned()
+            ),
+            (
+                "notify.on_failure[2]".to_owned(),
+                "destination ff02::1 refused: multicast".to_owned()
+            ),
+        ]
+    );
+    let (status, _) = json(app.get("/v1/tasks/metadata").await).await;
+    assert_eq!(status, 404, "nothing was written");
+}
+
+#[sqlx::test]
+async fn a_webhook_to_a_name_that_resolves_to_link_local_is_refused_at_connect(pool: PgPool) {
+    // The replica's own dispatcher, with a resolver that answers the name with the metadata
+    // address.
+    let mut opts = Options::api_only("rebind");
+    let mut wh = WebhookDispatcherConfig::new("rebind", "");
+    wh.interval = Duration::from_millis(100);
+    opts.webhook = Some(wh);
+    opts.outbound = pinned("metadata.example", "169.254.169.254", false);
+    // Being on the allow-list does not exempt a host from the address check.
+    opts.outbound.allow_list = outbound::AllowList::parse("metadata.example");
+    let app = TestApp::spawn_opts(pool.clone(), opts).await;
+    // A name passes registration; its addresses are checked when the push connects.
+    webhook_task(
+        &app,
+        "rebound",
+        "http://metadata.example/latest",
+        json!({"retry_backoff": {"base_seconds": 600, "max_seconds": 600, "jitter": 0}}),
+    )
+    .await;
+    app.post("/v1/tasks/rebound/trigger", json!({})).await;
+    let (error, kind, status): (String, String, String) =
+        eventually(Duration::from_secs(10), "the failed push", || {
+            let pool = pool.clone();
+            async move {
+                sqlx::query_as(
+                    "select error, error_kind, status from task_instance \
+                     where task_id = 'rebound' and error is not null",
+                )
+                .fetch_optional(&pool)
+                .await
+                .ok()
+                .flatten()
+            }
+        })
+        .await;
+    app.shutdown().await;
+    assert_eq!(status, "FAILED");
+    assert_eq!(kind, "dispatch");
+    assert_eq!(
+        error,
+        "destination 169.254.169.254 refused: link-local (metadata.example)"
+    );
+}
+
+#[sqlx::test]
+async fn a_pinned_name_connects_to_the_checked_address(pool: PgPool) {
+    let receiver = Receiver::start(vec![Mode::Success]).await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let url = format!("http://hooks.example:{}/hook", receiver.addr.port());
+    webhook_task(&app, "pinned", &url, json!({})).await;
+    app.post("/v1/tasks/pinned/trigger", json!({})).await;
+    let policy = pinned("hooks.example", "127.0.0.1", false);
+    let report = dispatcher_with(&pool, &app, policy)
+        .run_once()
+        .await
+        .expect("dispatch");
+    assert_eq!(report.num_succeeded, 1, "{report:?}");
+    assert_eq!(receiver.hits().len(), 1);
+}
+
+#[sqlx::test]
+async fn outbound_deny_private_refuses_loopback_receivers_which_are_allowed_by_default(
+    pool: PgPool,
+) {
+    let receiver = Receiver::start(vec![Mode::Success]).await;
+    let port = receiver.addr.port();
+
+    // Registration: a literal loopback address is refused only with the setting on.
+    let mut opts = Options::api_only("strict");
+    opts.outbound.deny_private = true;
+    let strict = TestApp::spawn_opts(pool.clone(), opts).await;
+    let (status, problem) = json(
+        strict
+            .put(
+                "/v1/tasks/local",
+                json!({"agent_id": "a", "trigger": {"type": "manual"},
+                   "dispatch": {"mode": "webhook", "url": receiver.url(), "secret": SECRET},
+                   "notify": {"on_failure": ["http://10.1.2.3/alert"]}}),
+            )
+            .await,
+    )
+    .await;
+    assert_eq!(status, 422, "{problem}");
+    assert_eq!(
+        errors_of(&problem),
+        vec![
+            (
+                "dispatch.url".to_owned(),
+                "destination 127.0.0.1 refused: loopback".to_owned()
+            ),
+            (
+                "notify.on_failure[0]".to_owned(),
+                "destination 10.1.2.3 refused: private".to_owned()
+            ),
+        ]
+    );
+    strict.shutdown().await;
+
+    // A name resolving to loopback (localhost, through the system resolver) passes
+    // registration and is refused when the push connects.
+    let app = TestApp::spawn(pool.clone()).await;
+    webhook_task(
+        &app,
+        "by_name",
+        &format!("http://localhost:{port}/hook"),
+        json!({"max_retries": 1, "retry_backoff": {"base_seconds": 1, "max_seconds": 1, "jitter": 0}}),
+    )
+    .await;
+    app.post("/v1/tasks/by_name/trigger", json!({})).await;
+    let strict_policy = Policy {
+        deny_private: true,
+        ..Policy::default()
+    };
+    let report = dispatcher_with(&pool, &app, strict_policy)
+        .run_once()
+        .await
+        .expect("dispatch");
+    assert_eq!(report.num_failed, 1);
+    assert!(receiver.hits().is_empty(), "nothing reached the receiver");
+    let (error, kind): (String, String) =
+        sqlx::query_as("select error, error_kind from task_instance where task_id = 'by_name'")
+            .fetch_one(&pool)
+            .await
+            .expect("instance");
+    assert_eq!(kind, "dispatch");
+    assert!(
+        error.starts_with("destination ") && error.ends_with("refused: loopback (localhost)"),
+        "{error}"
+    );
+
+    // With the setting off (the default) the same loopback receiver gets the retry.
+    sqlx::query("update task_instance set status = 'PENDING', attempt = attempt + 1, available_at = now() where task_id = 'by_name'")
+        .execute(&pool)
+        .await
+        .expect("retry now");
+    let report = dispatcher(&pool, &app).run_once().await.expect("dispatch");
+    assert_eq!(report.num_succeeded, 1, "{report:?}");
+    assert_eq!(receiver.hits().len(), 1);
+}
+
+#[sqlx::test]
+async fn a_refused_notification_is_a_failed_delivery_with_the_reason(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put(
+        "/v1/tasks/n",
+        json!({"agent_id": "na", "trigger": {"type": "manual"},
+               "notify": {"on_success": ["http://metadata.example/hook"]}}),
+    )
+    .await;
+    app.post("/v1/tasks/n/trigger", json!({})).await;
+    let claimed = common::claim(&app, "na", "w", 1, json!({})).await;
+    let (status, _) = json(
+        app.post(
+            &format!(
+                "/v1/instances/{}/complete",
+                claimed[0]["id"].as_str().unwrap_or("")
+            ),
+            json!({"lease_token": claimed[0]["lease_token"]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let notifier = Notifier::new(
+        pool.clone(),
+        NotifierConfig::default(),
+        Heartbeats::default(),
+        outbound::Client::new(pinned("metadata.example", "169.254.169.254", false))
+            .expect("outbound client"),
+    );
+    let report = notifier.run_once().await.expect("notify");
+    assert_eq!(report.num_retrying, 1, "{report:?}");
+    let last_error: Option<String> = sqlx::query_scalar("select last_error from outbox")
+        .fetch_one(&pool)
+        .await
+        .expect("outbox");
+    assert_eq!(
+        last_error.as_deref(),
+        Some("destination 169.254.169.254 refused: link-local (metadata.example)")
+    );
+}
+
+#[sqlx::test]
+async fn receiver_answers_holding_nul_end_the_attempt_as_a_failed_dispatch(pool: PgPool) {
+    let receiver = Receiver::start(vec![Mode::NulResult, Mode::NulError]).await;
+    let app = TestApp::spawn(pool.clone()).await;
+    webhook_task(
+        &app,
+        "nul",
+        &receiver.url(),
+        json!({"max_retries": 1, "retry_backoff": {"base_seconds": 1, "max_seconds": 1, "jitter": 0}}),
+    )
+    .await;
+    app.post("/v1/tasks/nul/trigger", json!({})).await;
+    let d = dispatcher(&pool, &app);
+
+    // A 2xx result that jsonb cannot store fails the attempt, naming why.
+    let report = d.run_once().await.expect("dispatch");
+    assert_eq!(report.num_failed, 1, "{report:?}");
+    let id = body_of(&receiver.hits()[0])["instance"]["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let failed = instance(&app, &id).await;
+    assert_eq!(failed["status"], "FAILED", "{failed}");
+    assert_eq!(failed["error_kind"], "dispatch");
+    assert_eq!(
+        failed["error"],
+        "HTTP 200: receiver returned a result holding U+0000, which cannot be stored"
+    );
+
+    // A 500 whose body holds a NUL byte is recorded with the NUL removed.
+    sqlx::query("update task_instance set available_at = now() where id = $1::uuid")
+        .bind(&id)
+        .execute(&pool)
+        .await
+        .expect("retry now");
+    let scanner = RetryScanner::new(
+        pool.clone(),
+        RetryScannerConfig::new("s"),
+        Heartbeats::default(),
+    );
+    scanner.run_once().await.expect("scan");
+    let report = d.run_once().await.expect("dispatch");
+    assert_eq!(report.num_failed, 1, "{report:?}");
+    let dead = instance(&app, &id).await;
+    assert_eq!(dead["status"], "DEAD", "{dead}");
+    assert_eq!(dead["error_kind"], "dispatch");
+    assert_eq!(dead["error"], "HTTP 500: badbody");
+}
+
+#[sqlx::test]
+async fn a_receiver_slower_than_the_dispatch_timeout_fails_the_attempt_naming_it(pool: PgPool) {
+    let receiver = Receiver::start(vec![Mode::Sleep(Duration::from_secs(4))]).await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let (status, body) = json(
+        app.put(
+            "/v1/tasks/slow",
+            json!({"agent_id": "hooks", "trigger": {"type": "manual"},
+                   "dispatch": {"mode": "webhook", "url": receiver.url(), "secret": SECRET,
+                                "timeout_seconds": 1}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["dispatch"]["timeout_seconds"], 1);
+    app.post("/v1/tasks/slow/trigger", json!({})).await;
+    let d = dispatcher(&pool, &app);
+    let started = Instant::now();
+    let pass = tokio::spawn(async move { d.run_once().await });
+    // While the push waits, its lease is the dispatch wait plus a margin, not the execution
+    // timeout (600 s by default), which still bounds the run as its deadline.
+    let (lease_s, deadline_s): (f64, f64) =
+        eventually(Duration::from_secs(5), "the push to be sent", || {
+            let (pool, receiver) = (pool.clone(), receiver.clone());
+            async move {
+                if receiver.hits().is_empty() {
+                    return None;
+                }
+                sqlx::query_as(
+                    "select extract(epoch from lease_expires_at - started_at)::float8, \
+                            extract(epoch from deadline_at - started_at)::float8 \
+                     from task_instance where task_id = 'slow'",
+                )
+                .fetch_one(&pool)
+                .await
+                .ok()
+            }
+        })
+        .await;
+    let margin = kairos::store::claim::PUSH_LEASE_MARGIN_SECONDS as f64;
+    assert!((lease_s - (1.0 + margin)).abs() < 1.0, "lease {lease_s}s");
+    assert!((deadline_s - 600.0).abs() < 1.0, "deadline {deadline_s}s");
+    let report = pass.await.expect("join").expect("dispatch");
+    assert_eq!(report.num_failed, 1);
+    assert!(
+        started.elapsed() < Duration::from_millis(3500),
+        "the dispatch timeout cut the wait: {:?}",
+        started.elapsed()
+    );
+    let (error, kind, status): (String, String, String) = sqlx::query_as(
+        "select error, error_kind, status from task_instance where task_id = 'slow'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("instance");
+    assert_eq!((kind.as_str(), status.as_str()), ("dispatch", "FAILED"));
+    assert_eq!(error, "no answer within 1s (dispatch.timeout_seconds)");
+}
+
+#[sqlx::test]
+async fn pushes_waiting_at_shutdown_are_recorded_as_failed_dispatches_retryable_at_once(
+    pool: PgPool,
+) {
+    let receiver = Receiver::start(vec![Mode::Sleep(Duration::from_secs(120))]).await;
+    let mut opts = Options::api_only("stopping");
+    let mut wh = WebhookDispatcherConfig::new("stopping", "");
+    wh.interval = Duration::from_millis(100);
+    opts.webhook = Some(wh);
+    let app = TestApp::spawn_opts(pool.clone(), opts).await;
+    webhook_task(
+        &app,
+        "hanging",
+        &receiver.url(),
+        json!({"retry_backoff": {"base_seconds": 600, "max_seconds": 600, "jitter": 0}}),
+    )
+    .await;
+    app.post("/v1/tasks/hanging/trigger", json!({})).await;
+    eventually(Duration::from_secs(10), "the push to be sent", || {
+        let receiver = receiver.clone();
+        async move { (!receiver.hits().is_empty()).then_some(()) }
+    })
+    .await;
+    let stopping = Instant::now();
+    app.shutdown().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "shutdown did not wait for the answer: {:?}",
+        stopping.elapsed()
+    );
+    let (status, kind, error, due): (String, String, String, bool) = sqlx::query_as(
+        "select status, error_kind, error, available_at <= now() from task_instance \
+         where task_id = 'hanging'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("instance");
+    assert_eq!(status, "FAILED");
+    assert_eq!(kind, "dispatch");
+    assert_eq!(error, kairos::services::webhook_dispatcher::SHUTDOWN_REASON);
+    assert!(
+        due,
+        "the retry may start at once, not after the task's backoff"
     );
 }

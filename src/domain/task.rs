@@ -26,6 +26,10 @@ pub const MAX_MISFIRE_GRACE_SECONDS: i64 = 86_400;
 pub const MAX_NAME_LEN: usize = 128;
 /// Most URLs in one `notify` list.
 pub const MAX_NOTIFY_URLS: usize = 10;
+/// Default `dispatch.timeout_seconds`: how long a webhook push waits for the receiver's answer.
+pub const DEFAULT_DISPATCH_TIMEOUT_SECONDS: i64 = 30;
+/// Largest `dispatch.timeout_seconds`.
+pub const MAX_DISPATCH_TIMEOUT_SECONDS: i64 = 900;
 
 /// One validation failure: the dotted path of the field and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -222,7 +226,7 @@ impl Execution {
 }
 
 /// How instances reach the agent: agents claim them (`poll`), or kairos pushes each one to
-/// `url` signed with `secret` (`webhook`).
+/// `url` signed with `secret` and waits up to `timeout_seconds` for the answer (`webhook`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "snake_case")]
 pub enum Dispatch {
@@ -231,7 +235,15 @@ pub enum Dispatch {
         url: String,
         /// Write-only: never returned by the API.
         secret: String,
+        /// The wait for the receiver's answer; separate from `execution.timeout_seconds`,
+        /// which bounds the whole run (a `202` answer holds a lease of that).
+        #[serde(default = "default_dispatch_timeout")]
+        timeout_seconds: i64,
     },
+}
+
+fn default_dispatch_timeout() -> i64 {
+    DEFAULT_DISPATCH_TIMEOUT_SECONDS
 }
 
 impl Dispatch {
@@ -814,13 +826,17 @@ fn parse_execution(value: Option<&Value>, errs: &mut Errors) -> Execution {
 }
 
 fn parse_dispatch(value: Option<&Value>, errs: &mut Errors) -> Dispatch {
-    let Some(d) = errs.object(value, "dispatch", &["mode", "url", "secret"]) else {
+    let Some(d) = errs.object(
+        value,
+        "dispatch",
+        &["mode", "url", "secret", "timeout_seconds"],
+    ) else {
         return Dispatch::Poll;
     };
     match d.get("mode") {
         None | Some(Value::Null) => Dispatch::Poll,
         Some(Value::String(s)) if s == "poll" => {
-            for key in ["url", "secret"] {
+            for key in ["url", "secret", "timeout_seconds"] {
                 if d.contains_key(key) {
                     errs.push(format!("dispatch.{key}"), "only allowed with mode webhook");
                 }
@@ -859,8 +875,20 @@ fn parse_dispatch(value: Option<&Value>, errs: &mut Errors) -> Dispatch {
                     None
                 }
             };
+            let timeout_seconds = errs.int(
+                d,
+                "dispatch",
+                "timeout_seconds",
+                DEFAULT_DISPATCH_TIMEOUT_SECONDS,
+                1,
+                MAX_DISPATCH_TIMEOUT_SECONDS,
+            );
             match (url, secret) {
-                (Some(url), Some(secret)) => Dispatch::Webhook { url, secret },
+                (Some(url), Some(secret)) => Dispatch::Webhook {
+                    url,
+                    secret,
+                    timeout_seconds,
+                },
                 _ => Dispatch::Poll,
             }
         }
@@ -1106,9 +1134,52 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(s.spec.dispatch.mode(), "webhook");
+        let Dispatch::Webhook {
+            timeout_seconds, ..
+        } = &s.spec.dispatch
+        else {
+            panic!("webhook dispatch")
+        };
+        assert_eq!(*timeout_seconds, DEFAULT_DISPATCH_TIMEOUT_SECONDS);
         let public = s.spec.to_public_json().to_string();
         assert!(!public.contains("hush-hush"), "{public}");
         assert!(public.contains("https://agent.example/run"));
+    }
+
+    #[test]
+    fn dispatch_timeout_is_bounded_and_only_for_webhooks() {
+        assert_eq!(
+            fields(json!({"agent_id": "a", "trigger": {"type": "manual"},
+                          "dispatch": {"mode": "webhook", "url": "https://a.example/", "secret": "s",
+                                       "timeout_seconds": 901}})),
+            vec!["dispatch.timeout_seconds"]
+        );
+        assert_eq!(
+            fields(json!({"agent_id": "a", "trigger": {"type": "manual"},
+                          "dispatch": {"mode": "poll", "timeout_seconds": 5}})),
+            vec!["dispatch.timeout_seconds"]
+        );
+        let s = parse_submission(
+            "t1",
+            &json!({"agent_id": "a", "trigger": {"type": "manual"},
+                    "dispatch": {"mode": "webhook", "url": "https://a.example/", "secret": "s",
+                                 "timeout_seconds": 900}}),
+        )
+        .expect("valid");
+        assert_eq!(s.spec.to_public_json()["dispatch"]["timeout_seconds"], 900);
+        // A spec stored before the field existed reads with the default.
+        let old: Dispatch = serde_json::from_value(
+            json!({"mode": "webhook", "url": "https://a.example/", "secret": "s"}),
+        )
+        .expect("old spec");
+        assert_eq!(
+            old,
+            Dispatch::Webhook {
+                url: "https://a.example/".to_owned(),
+                secret: "s".to_owned(),
+                timeout_seconds: DEFAULT_DISPATCH_TIMEOUT_SECONDS,
+            }
+        );
     }
 
     #[test]

@@ -240,6 +240,7 @@ async fn fail(
             lease_token: token,
             error,
             retryable,
+            retry_at_once: false,
             error_kind: "agent",
             actor: None,
         })

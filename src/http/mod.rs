@@ -21,7 +21,6 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::domain::access::Tokens;
-use crate::outbound::AllowList;
 use crate::services::Heartbeats;
 use crate::services::work_signal::WorkSignal;
 use error::ApiError;
@@ -69,8 +68,8 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// Bearer tokens; empty runs open (loopback only, enforced by configuration).
     pub tokens: Arc<Tokens>,
-    /// Hosts webhook and notification URLs may name.
-    pub allow_list: AllowList,
+    /// Where webhook and notification URLs may point.
+    pub outbound: crate::outbound::Policy,
     /// Single complete, fail and heartbeat calls share transactions through it.
     pub group: crate::store::group_commit::GroupCommit,
     /// One permit per long poll allowed to wait (`claim_max_waiters`).

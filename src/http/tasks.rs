@@ -178,26 +178,32 @@ async fn get_task(
     Ok(resp)
 }
 
-/// Webhook and notification URLs must name an allowed host (`outbound_allowed_hosts`).
+/// Webhook and notification URLs must name an allowed host (`outbound_allowed_hosts`) and,
+/// when they hold a literal address, one that may be reached (names are checked at send time).
 fn check_outbound_hosts(
     state: &AppState,
     spec: &crate::domain::task::TaskSpec,
 ) -> Result<(), ApiError> {
     let mut errors = Vec::new();
-    let message = "names a host outside outbound_allowed_hosts";
-    if let crate::domain::task::Dispatch::Webhook { url, .. } = &spec.dispatch
-        && !state.allow_list.allows(url)
-    {
-        errors.push(FieldError::new("dispatch.url", message));
+    let mut check = |field: String, url: &str| {
+        if !state.outbound.allow_list.allows(url) {
+            errors.push(FieldError::new(
+                field,
+                "names a host outside outbound_allowed_hosts",
+            ));
+        } else if let Some(reason) = state.outbound.refuse_url(url) {
+            errors.push(FieldError::new(field, reason));
+        }
+    };
+    if let crate::domain::task::Dispatch::Webhook { url, .. } = &spec.dispatch {
+        check("dispatch.url".to_owned(), url);
     }
     for (list, urls) in [
         ("on_success", &spec.notify.on_success),
         ("on_failure", &spec.notify.on_failure),
     ] {
         for (i, url) in urls.iter().enumerate() {
-            if !state.allow_list.allows(url) {
-                errors.push(FieldError::new(format!("notify.{list}[{i}]"), message));
-            }
+            check(format!("notify.{list}[{i}]"), url);
         }
     }
     if errors.is_empty() {

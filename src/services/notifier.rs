@@ -2,7 +2,8 @@
 //! deliveries (SKIP LOCKED, held for the delivery timeout), POSTs them concurrently, signed
 //! like webhook pushes and carrying `Kairos-Event-Id`, and records the outcome: delivered, to
 //! be retried with exponential backoff and jitter, or — past `notify_max_age_seconds` —
-//! undeliverable. A receiver that is down delays only its own deliveries.
+//! undeliverable. A receiver that is down delays only its own deliveries. Destinations follow
+//! the outbound policy: a refused address is a failed delivery, logged with the reason.
 
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Heartbeats, error_chain, run_periodic};
 use crate::domain::retry::backoff;
 use crate::domain::task::RetryBackoff;
-use crate::outbound::{self, AllowList};
+use crate::outbound;
 use crate::store::{self, outbox};
 
 pub const LOOP_NAME: &str = "notifier";
@@ -27,7 +28,6 @@ pub struct NotifierConfig {
     pub timeout: Duration,
     /// Past this age an undelivered notification is recorded as undeliverable.
     pub max_age_seconds: i64,
-    pub allow_list: AllowList,
     /// Backoff between tries of one delivery.
     pub backoff: RetryBackoff,
 }
@@ -39,7 +39,6 @@ impl Default for NotifierConfig {
             batch_size: 32,
             timeout: Duration::from_secs(10),
             max_age_seconds: 86_400,
-            allow_list: AllowList::default(),
             backoff: RetryBackoff {
                 base_seconds: 1,
                 max_seconds: 300,
@@ -60,7 +59,7 @@ pub struct Notifier {
     pool: PgPool,
     config: NotifierConfig,
     heartbeats: Heartbeats,
-    client: reqwest::Client,
+    client: outbound::Client,
 }
 
 enum Outcome {
@@ -69,12 +68,17 @@ enum Outcome {
 }
 
 impl Notifier {
-    pub fn new(pool: PgPool, config: NotifierConfig, heartbeats: Heartbeats) -> Self {
+    pub fn new(
+        pool: PgPool,
+        config: NotifierConfig,
+        heartbeats: Heartbeats,
+        client: outbound::Client,
+    ) -> Self {
         Self {
             pool,
             config,
             heartbeats,
-            client: outbound::client(),
+            client,
         }
     }
 
@@ -89,10 +93,9 @@ impl Notifier {
         let mut inflight = JoinSet::new();
         for d in due {
             let client = self.client.clone();
-            let allow = self.config.allow_list.clone();
             let timeout = self.config.timeout;
             inflight.spawn(async move {
-                let outcome = deliver(&client, &allow, &d, timeout).await;
+                let outcome = deliver(&client, &d, timeout).await;
                 (d, outcome)
             });
         }
@@ -149,15 +152,7 @@ impl Notifier {
     }
 }
 
-async fn deliver(
-    client: &reqwest::Client,
-    allow: &AllowList,
-    d: &outbox::Delivery,
-    timeout: Duration,
-) -> Outcome {
-    if !allow.allows(&d.url) {
-        return Outcome::Failed("host not in outbound_allowed_hosts".to_owned());
-    }
+async fn deliver(client: &outbound::Client, d: &outbox::Delivery, timeout: Duration) -> Outcome {
     let body = match serde_json::to_vec(&d.payload.0) {
         Ok(b) => b,
         Err(e) => return Outcome::Failed(format!("payload not serialisable: {}", error_chain(&e))),
@@ -167,18 +162,13 @@ async fn deliver(
         ("Kairos-Event-Type", d.kind.clone()),
         ("Idempotency-Key", d.event_id.to_string()),
     ];
-    match outbound::post(
-        client,
-        &d.url,
-        &body,
-        d.secret.as_deref(),
-        &headers,
-        timeout,
-    )
-    .await
+    match client
+        .post(&d.url, &body, d.secret.as_deref(), &headers, timeout)
+        .await
     {
         Ok(a) if (200..300).contains(&a.status) => Outcome::Delivered,
         Ok(a) => Outcome::Failed(format!("receiver answered HTTP {}", a.status)),
-        Err(reason) => Outcome::Failed(reason),
+        // PostgreSQL text cannot hold U+0000.
+        Err(reason) => Outcome::Failed(reason.replace('\0', "")),
     }
 }

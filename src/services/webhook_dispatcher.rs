@@ -1,14 +1,20 @@
 //! The webhook dispatcher: pushes PENDING instances of `dispatch.mode = webhook` tasks to their
 //! URL. It claims them through the same claim path as polling agents (leases, fences,
 //! concurrency limits, pauses all hold), so a pushed instance is RUNNING under a lease token
-//! before the request leaves.
+//! before the request leaves. That lease covers the wait for the answer (the task's
+//! `dispatch.timeout_seconds`, at most its `execution.timeout_seconds`) plus a margin, so a
+//! replica that dies mid-push frees the instance soon.
 //!
 //! The receiver's answer decides the attempt: a 2xx with `{"status": "success", "result": …}`
 //! completes it; `202` means the agent will call back with the lease token (the callback URLs
-//! are in the body); anything else — another status, a connection error, no answer within the
-//! task's `timeout_seconds` — fails the attempt with `error_kind = dispatch`. At most
-//! `max_in_flight` pushes run per replica and at most `max_per_task` per task, each with its own
-//! timeout, so a slow or dead endpoint holds only its own task's slots.
+//! are in the body), and the lease is extended to the task's `execution.timeout_seconds`;
+//! anything else — another status, a refused destination, a connection error, no answer
+//! within the wait — fails the attempt with `error_kind = dispatch`. A result that cannot be
+//! stored (it holds U+0000) fails the attempt too; receiver text quoted in `error` has U+0000
+//! removed. At shutdown, pushes still waiting are recorded at once as failed dispatch attempts
+//! whose retry may start immediately, so another replica takes them over. At most
+//! `max_in_flight` pushes run per replica and at most `max_per_task` per task, each with its
+//! own timeout, so a slow or dead endpoint holds only its own task's slots.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,11 +27,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::work_signal::WorkSignal;
 use super::{Heartbeats, error_backoff, error_chain};
-use crate::outbound::{self, AllowList};
+use crate::domain::task::Dispatch;
+use crate::outbound;
 use crate::store::group_commit::GroupCommit;
 use crate::store::{self, claim, instances};
 
 pub const LOOP_NAME: &str = "webhook_dispatcher";
+
+/// The reason recorded for a push cut short by this replica's shutdown.
+pub const SHUTDOWN_REASON: &str = "the replica shut down before the receiver answered";
 
 #[derive(Debug, Clone)]
 pub struct WebhookDispatcherConfig {
@@ -36,7 +46,6 @@ pub struct WebhookDispatcherConfig {
     pub max_per_task: i64,
     /// Base of the callback URLs put in each push (e.g. `http://127.0.0.1:8080`).
     pub public_url: String,
-    pub allow_list: AllowList,
 }
 
 impl WebhookDispatcherConfig {
@@ -47,7 +56,6 @@ impl WebhookDispatcherConfig {
             max_in_flight: 64,
             max_per_task: 8,
             public_url: public_url.into(),
-            allow_list: AllowList::default(),
         }
     }
 }
@@ -75,8 +83,43 @@ pub struct WebhookDispatcher {
     pool: PgPool,
     config: Arc<WebhookDispatcherConfig>,
     heartbeats: Heartbeats,
-    client: reqwest::Client,
+    client: outbound::Client,
     group: GroupCommit,
+}
+
+/// What a push is to do, read from the claimed task's `dispatch`.
+struct Target {
+    url: String,
+    secret: String,
+    /// The wait for the answer and the setting that bounds it.
+    wait: Duration,
+    bound_by: &'static str,
+}
+
+impl Target {
+    fn of(c: &claim::Claimed) -> Option<Target> {
+        let d: Dispatch = serde_json::from_value(c.dispatch.clone()?).ok()?;
+        let Dispatch::Webhook {
+            url,
+            secret,
+            timeout_seconds,
+        } = d
+        else {
+            return None;
+        };
+        let execution = c.timeout_seconds.max(1);
+        let (secs, bound_by) = if timeout_seconds.max(1) <= execution {
+            (timeout_seconds.max(1), "dispatch.timeout_seconds")
+        } else {
+            (execution, "execution.timeout_seconds")
+        };
+        Some(Target {
+            url,
+            secret,
+            wait: Duration::from_secs(secs.unsigned_abs()),
+            bound_by,
+        })
+    }
 }
 
 impl WebhookDispatcher {
@@ -85,12 +128,13 @@ impl WebhookDispatcher {
         config: WebhookDispatcherConfig,
         heartbeats: Heartbeats,
         group: GroupCommit,
+        client: outbound::Client,
     ) -> Self {
         Self {
             pool,
             config: Arc::new(config),
             heartbeats,
-            client: outbound::client(),
+            client,
             group,
         }
     }
@@ -115,9 +159,11 @@ impl WebhookDispatcher {
             ..DispatchReport::default()
         };
         let mut set = JoinSet::new();
+        let never = CancellationToken::new();
         for c in claimed {
             let me = self.clone();
-            set.spawn(async move { me.push(c).await });
+            let never = never.clone();
+            set.spawn(async move { me.push(c, &never).await });
         }
         while let Some(r) = set.join_next().await {
             match r {
@@ -130,19 +176,11 @@ impl WebhookDispatcher {
         Ok(report)
     }
 
-    /// Push one claimed instance and record what its receiver answered.
-    pub async fn push(&self, c: claim::Claimed) -> PushOutcome {
+    /// Push one claimed instance and record what its receiver answered. When `shutdown` is
+    /// cancelled before the answer arrives, the attempt is recorded as a failed dispatch whose
+    /// retry may start at once.
+    pub async fn push(&self, c: claim::Claimed, shutdown: &CancellationToken) -> PushOutcome {
         let i = &c.instance;
-        let (url, secret) = match c.dispatch.as_ref() {
-            Some(d) => (
-                d.get("url")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned(),
-                d.get("secret").and_then(Value::as_str).map(str::to_owned),
-            ),
-            None => (String::new(), None),
-        };
         let base = self.config.public_url.trim_end_matches('/');
         let body = json!({
             "instance": c.to_json(),
@@ -152,33 +190,45 @@ impl WebhookDispatcher {
                 "fail": format!("{base}/v1/instances/{}/fail", i.id),
             },
         });
-        let answer = if url.is_empty() {
-            Err("the task has no webhook URL".to_owned())
-        } else if !self.config.allow_list.allows(&url) {
-            Err("host not in outbound_allowed_hosts".to_owned())
-        } else {
-            match serde_json::to_vec(&body) {
-                Ok(bytes) => {
-                    let timeout = Duration::from_secs(c.timeout_seconds.max(1).unsigned_abs());
-                    let headers = [("Idempotency-Key", i.idempotency_key.clone())];
-                    outbound::post(
-                        &self.client,
-                        &url,
-                        &bytes,
-                        secret.as_deref(),
-                        &headers,
-                        timeout,
-                    )
-                    .await
+        let answer = match (Target::of(&c), serde_json::to_vec(&body)) {
+            (None, _) => Err("the task has no webhook URL".to_owned()),
+            (Some(_), Err(e)) => Err(format!("cannot encode the push: {}", error_chain(&e))),
+            (Some(t), Ok(bytes)) => {
+                let headers = [("Idempotency-Key", i.idempotency_key.clone())];
+                let send = self
+                    .client
+                    .post(&t.url, &bytes, Some(&t.secret), &headers, t.wait);
+                tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled() => {
+                        return self.record_failure(&c, SHUTDOWN_REASON.to_owned(), true).await;
+                    }
+                    a = send => a.map_err(|reason| {
+                        if reason == outbound::NO_ANSWER {
+                            format!("no answer within {}s ({})", t.wait.as_secs(), t.bound_by)
+                        } else {
+                            reason
+                        }
+                    }),
                 }
-                Err(e) => Err(format!("cannot encode the push: {}", error_chain(&e))),
             }
         };
         let actor = self.actor();
         let outcome: Result<(), String> = match answer {
             Ok(a) if a.status == 202 => {
-                tracing::info!(task_id = %i.task_id, window_key = %i.window_key, instance_id = %i.id, attempt = i.attempt, "webhook accepted; awaiting the agent's callback");
-                return count(PushOutcome::Accepted);
+                // The agent calls back later: hold the instance for its execution timeout.
+                let hold = instances::LeaseExtension {
+                    id: i.id,
+                    lease_token: c.lease_token,
+                    lease_seconds: c.timeout_seconds.max(1),
+                };
+                return match self.group.heartbeat(hold).await {
+                    Ok(_) => {
+                        tracing::info!(task_id = %i.task_id, window_key = %i.window_key, instance_id = %i.id, attempt = i.attempt, lease_s = c.timeout_seconds, "webhook accepted; awaiting the agent's callback");
+                        count(PushOutcome::Accepted)
+                    }
+                    Err(e) => stale(i, &e),
+                };
             }
             Ok(a) if a.body.is_none() => Err(format!(
                 "HTTP {}: response body larger than {} bytes",
@@ -198,6 +248,11 @@ impl WebhookDispatcher {
                             .is_some_and(|b| b.len() > 64 * 1024);
                         if too_big {
                             Err("receiver returned a result over 64 KiB".to_owned())
+                        } else if result.is_some_and(holds_nul) {
+                            Err(format!(
+                                "HTTP {}: receiver returned a result holding U+0000, which cannot be stored",
+                                a.status
+                            ))
                         } else {
                             let done = instances::Completion {
                                 id: i.id,
@@ -223,27 +278,41 @@ impl WebhookDispatcher {
             Ok(a) => Err(match a.body.as_deref() {
                 Some(b) if !b.is_empty() => {
                     let text = String::from_utf8_lossy(b);
-                    let snippet: String = text.chars().take(200).collect();
+                    let snippet: String = text.chars().filter(|c| *c != '\0').take(200).collect();
                     format!("HTTP {}: {snippet}", a.status)
                 }
                 _ => format!("HTTP {}", a.status),
             }),
             Err(reason) => Err(reason),
         };
-        let Err(reason) = outcome else {
-            return PushOutcome::Stale;
-        };
+        match outcome {
+            Ok(()) => PushOutcome::Stale,
+            Err(reason) => self.record_failure(&c, reason, false).await,
+        }
+    }
+
+    /// Record the attempt as a failed dispatch (retryable), its retry at once when asked.
+    async fn record_failure(
+        &self,
+        c: &claim::Claimed,
+        reason: String,
+        retry_at_once: bool,
+    ) -> PushOutcome {
+        let i = &c.instance;
+        // PostgreSQL text cannot hold U+0000; receiver text may.
+        let reason = reason.replace('\0', "");
         let report = instances::FailureReport {
             id: i.id,
             lease_token: c.lease_token,
             error: reason.clone(),
             retryable: true,
+            retry_at_once,
             error_kind: "dispatch",
-            actor: Some(actor),
+            actor: Some(self.actor()),
         };
         match self.group.fail(report).await {
             Ok(after) => {
-                tracing::warn!(task_id = %i.task_id, window_key = %i.window_key, instance_id = %i.id, attempt = i.attempt, reason = %reason, status = %after.status, "webhook push failed");
+                tracing::warn!(task_id = %i.task_id, window_key = %i.window_key, instance_id = %i.id, attempt = i.attempt, reason = %reason, status = %after.status, available_at = %after.available_at, "webhook push failed");
                 count(PushOutcome::Failed)
             }
             Err(e) => stale(i, &e),
@@ -251,7 +320,9 @@ impl WebhookDispatcher {
     }
 
     /// Run until `shutdown`: claim as many instances as there are free slots, push each in its
-    /// own task, and wait for a work notification, a finished push or the interval.
+    /// own task, and wait for a work notification, a finished push or the interval. On
+    /// shutdown, pushes still waiting for their answer are recorded as failed dispatch
+    /// attempts at once.
     pub async fn run(self, signal: WorkSignal, shutdown: CancellationToken) {
         let slots = Arc::new(Semaphore::new(self.config.max_in_flight));
         let finished = Arc::new(Notify::new());
@@ -267,7 +338,7 @@ impl WebhookDispatcher {
             let mut wake = signal.subscribe();
             let free = slots.available_permits();
             let mut wait = self.config.interval;
-            if free > 0 {
+            if free > 0 && !shutdown.is_cancelled() {
                 match self.claim(free).await {
                     Ok(claimed) => {
                         errors = 0;
@@ -279,8 +350,9 @@ impl WebhookDispatcher {
                             };
                             let me = self.clone();
                             let finished = finished.clone();
+                            let shutdown = shutdown.clone();
                             pushes.spawn(async move {
-                                me.push(c).await;
+                                me.push(c, &shutdown).await;
                                 drop(permit);
                                 finished.notify_one();
                             });
@@ -306,17 +378,27 @@ impl WebhookDispatcher {
                 _ = tokio::time::sleep(wait) => {}
             }
         }
-        // Let pushes in flight record their answers; the leases cover anything cut short.
+        // Pushes in flight see the same cancellation and record their attempts as failed.
         let drain = async { while pushes.join_next().await.is_some() {} };
         if tokio::time::timeout(Duration::from_secs(5), drain)
             .await
             .is_err()
         {
             tracing::warn!(
-                "webhook pushes still in flight at shutdown; their leases will expire and the reaper retries them"
+                "webhook pushes could not be recorded at shutdown; their leases will expire and the reaper retries them"
             );
         }
         tracing::info!("webhook dispatcher stopped");
+    }
+}
+
+/// Whether a JSON value holds U+0000 in a string or a key (jsonb cannot store it).
+fn holds_nul(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(a) => a.iter().any(holds_nul),
+        Value::Object(m) => m.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
+        _ => false,
     }
 }
 
@@ -331,7 +413,29 @@ fn count(o: PushOutcome) -> PushOutcome {
     o
 }
 
+/// The answer could not be recorded: the lease is gone (reaped, cancelled), or the database
+/// refused the write; the lease then expires and the reaper retries the instance.
 fn stale(i: &crate::domain::instance::Instance, e: &store::Error) -> PushOutcome {
-    tracing::warn!(task_id = %i.task_id, window_key = %i.window_key, instance_id = %i.id, attempt = i.attempt, reason = %e, "webhook answer arrived after the lease was lost; ignored");
+    match e {
+        store::Error::Fenced { .. } | store::Error::Stale(_) | store::Error::NotFound => {
+            tracing::warn!(task_id = %i.task_id, window_key = %i.window_key, instance_id = %i.id, attempt = i.attempt, reason = %e, "webhook answer arrived after the lease was lost; ignored");
+        }
+        _ => {
+            tracing::error!(task_id = %i.task_id, window_key = %i.window_key, instance_id = %i.id, attempt = i.attempt, reason = %e, "webhook answer could not be recorded; the lease will expire");
+        }
+    }
     count(PushOutcome::Stale)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nul_is_found_anywhere_in_a_result() {
+        assert!(!holds_nul(&json!({"a": ["b", 1, null, {"c": "d"}]})));
+        assert!(holds_nul(&json!({"a": ["b", {"c": "d\u{0}"}]})));
+        assert!(holds_nul(&json!({"a\u{0}": 1})));
+        assert!(holds_nul(&json!("\u{0}")));
+    }
 }

@@ -37,6 +37,7 @@ use super::instances::{INSTANCE_COLUMNS, InstanceRow};
 use super::{Result, map_db_error};
 use crate::domain::claim::{Candidate, Pick, fair_pick};
 use crate::domain::instance::Instance;
+use crate::domain::task::DEFAULT_DISPATCH_TIMEOUT_SECONDS;
 
 /// What an agent asks for in one claim.
 #[derive(Debug, Clone)]
@@ -88,7 +89,9 @@ pub enum ClaimScope<'a> {
         lease_seconds: i64,
     },
     /// The webhook dispatcher, for webhook-mode tasks of any agent, at most `max_per_task`
-    /// RUNNING per task; the lease is the task's `timeout_seconds`.
+    /// RUNNING per task; the lease covers the wait for the answer (the task's
+    /// `dispatch.timeout_seconds`, at most its `execution.timeout_seconds`) plus
+    /// [`PUSH_LEASE_MARGIN_SECONDS`].
     Webhook { max_per_task: i64 },
 }
 
@@ -122,6 +125,10 @@ impl ClaimScope<'_> {
 /// spec; `t` is the tasks alias.
 const TASK_LIMIT_SQL: &str = "coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1)";
 const TASK_TIMEOUT_SQL: &str = "coalesce((t.spec->'execution'->>'timeout_seconds')::bigint, 600)";
+
+/// How long a push's lease outlives its wait for the answer: time to record the answer. A
+/// replica that dies mid-push leaves the instance to the reaper this soon after the wait.
+pub const PUSH_LEASE_MARGIN_SECONDS: i64 = 10;
 
 /// For `overlap: queue` tasks (`t` the tasks alias, `m` a chosen row, `$1` the chosen ids): no
 /// older available PENDING row of the task is outside this claim. Such a row may be held by a
@@ -420,6 +427,9 @@ async fn take(
          ), t as ( \
              select t.id as task, least({TASK_LIMIT_SQL}, $2) as lim, \
                  {TASK_TIMEOUT_SQL} as timeout, \
+                 least(coalesce((t.spec->'dispatch'->>'timeout_seconds')::bigint, \
+                     {DEFAULT_DISPATCH_TIMEOUT_SECONDS}), {TASK_TIMEOUT_SQL}) \
+                     + {PUSH_LEASE_MARGIN_SECONDS} as push_lease, \
                  coalesce(t.spec->'context', '{{}}'::jsonb) as context, \
                  t.spec->'dispatch' as dispatch \
              from tasks t \
@@ -435,17 +445,17 @@ async fn take(
              where p.slot < t.lim and not exists (select 1 from task_instance r \
                  where r.task_id = p.task_id and r.status = 'RUNNING' and r.run_slot = p.slot) \
          ), ranked as ( \
-             select m.id, m.task_id, t.timeout, t.lim - coalesce(r.n, 0) as room, \
+             select m.id, m.task_id, t.timeout, t.push_lease, t.lim - coalesce(r.n, 0) as room, \
                  row_number() over ( \
                      partition by m.task_id order by m.available_at, m.scheduled_at, m.id) as rn \
              from mine m join t on t.task = m.task_id left join running r on r.task_id = m.task_id \
          ), chosen as ( \
-             select k.id, k.timeout, h.slot from ranked k \
+             select k.id, k.timeout, k.push_lease, h.slot from ranked k \
              join held h on h.task_id = k.task_id and h.k = k.rn \
              where k.rn <= k.room \
          ), upd as ( \
              update task_instance i set status = 'RUNNING', lease_token = gen_random_uuid(), \
-                 lease_expires_at = now() + make_interval(secs => coalesce($4, chosen.timeout)), \
+                 lease_expires_at = now() + make_interval(secs => coalesce($4, chosen.push_lease)), \
                  deadline_at = now() + make_interval(secs => chosen.timeout), \
                  worker_id = $5, started_at = now(), updated_at = now(), claimed_by = $6, \
                  run_slot = chosen.slot \

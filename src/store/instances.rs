@@ -1029,6 +1029,9 @@ pub struct FailureReport {
     pub lease_token: Uuid,
     pub error: String,
     pub retryable: bool,
+    /// A retry may start at once instead of after the task's backoff (the attempt was cut
+    /// short by kairos itself, not failed by the agent).
+    pub retry_at_once: bool,
     pub error_kind: &'static str,
     /// Who reports it (the event actor); `agent:<worker_id>` of the lease holder when `None`.
     pub actor: Option<String>,
@@ -1072,13 +1075,16 @@ pub(super) async fn fail_in(
         if !planned.insert(item.id) {
             continue;
         }
-        let failure = plan_failure(
+        let mut failure = plan_failure(
             a,
             item.retryable,
             &item.error,
             item.error_kind,
             rand::random::<f64>(),
         );
+        if item.retry_at_once {
+            failure.delay = std::time::Duration::ZERO;
+        }
         let actor = item
             .actor
             .clone()
