@@ -135,6 +135,24 @@ impl TriggerSpec {
         })
     }
 
+    /// The first window of this trigger when it is registered at `now`: strictly after `now`,
+    /// except that a `once` task keeps its instant even when it has passed (the trigger loop then
+    /// applies the misfire grace). A cron expression with no fire time within the search horizon
+    /// after `now` in its zone is refused on `trigger.expr`: it would silently never run.
+    pub fn first_window(&self, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>, FieldError> {
+        let field = |e: super::schedule::ScheduleError| {
+            FieldError::new(format!("trigger.{}", e.field), e.message)
+        };
+        match self {
+            TriggerSpec::Once { at } => Ok(Some(*at)),
+            TriggerSpec::Cron { expr, timezone } => CronSchedule::parse(expr, timezone)
+                .and_then(|c| c.first_fire_after(now))
+                .map(Some)
+                .map_err(field),
+            other => Ok(other.schedule()?.next_after(now)),
+        }
+    }
+
     pub fn type_name(&self) -> &'static str {
         match self {
             TriggerSpec::Cron { .. } => "cron",

@@ -304,8 +304,12 @@ async fn preview_cron(
         Some(f) => f,
         None => store::now(&state.pool).await?,
     };
-    let mut out = Vec::new();
-    let mut cursor = from;
+    // An expression that never fires is refused here as at registration.
+    let first = schedule
+        .first_fire_after(from)
+        .map_err(|e| ApiError::invalid(e.field, e.message))?;
+    let mut out = vec![format_instant(first)];
+    let mut cursor = first;
     while (out.len() as i64) < count {
         match schedule.next_after(cursor) {
             Some(t) => {

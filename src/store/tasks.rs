@@ -108,6 +108,12 @@ fn first_fire_at(trigger: &TriggerSpec, now: DateTime<Utc>) -> Result<Option<Dat
     Ok(schedule.next_after(now))
 }
 
+/// The first window of a trigger being registered (new or changed): as [`first_fire_at`], but a
+/// cron expression that never fires within the search horizon is refused (`trigger.expr`).
+fn registered_fire_at(trigger: &TriggerSpec, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>> {
+    trigger.first_window(now).map_err(Error::Invalid)
+}
+
 /// The next window of a task being resumed: computed from now, so paused time is not "missed";
 /// a one-shot whose instant passed while paused does not fire.
 fn resumed_fire_at(trigger: &TriggerSpec, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>> {
@@ -240,7 +246,7 @@ pub async fn upsert_task(
             .bind(spec.trigger.upstream().map(TaskId::as_str))
             .bind(paused)
             .bind(paused.then_some("paused at registration"))
-            .bind(first_fire_at(&spec.trigger, now)?)
+            .bind(registered_fire_at(&spec.trigger, now)?)
             .bind(spec.dispatch.mode())
             .execute(&mut *tx)
             .await
@@ -262,7 +268,7 @@ pub async fn upsert_task(
             }
             let next_fire_at =
                 if current.spec.trigger != spec.trigger || pause_change == Some(false) {
-                    first_fire_at(&spec.trigger, now)?
+                    registered_fire_at(&spec.trigger, now)?
                 } else {
                     current.next_fire_at
                 };
