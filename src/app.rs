@@ -47,6 +47,10 @@ pub struct Options {
     /// Hosts webhook and notification URLs may name (checked at registration too).
     pub allow_list: AllowList,
     pub pruner: Option<PrunerConfig>,
+    /// How long terminal instances are kept (`retention_days`), whichever replica prunes them:
+    /// backfills and manual windows older than this are refused, since a pruned window could be
+    /// created a second time.
+    pub retention_days: i64,
     /// How often `kairos_instances{status}` is sampled; `None` leaves the sampler out.
     pub stats_interval: Option<Duration>,
 }
@@ -101,6 +105,7 @@ impl Options {
                 retention_days: cfg.retention_days,
                 batch_size: cfg.pruner_batch_size,
             }),
+            retention_days: cfg.retention_days,
             stats_interval: Some(Duration::from_millis(cfg.stats_interval_ms)),
         }
     }
@@ -120,6 +125,7 @@ impl Options {
             notifier: None,
             allow_list: AllowList::default(),
             pruner: None,
+            retention_days: PrunerConfig::default().retention_days,
             stats_interval: None,
         }
     }
@@ -199,6 +205,7 @@ pub fn start(pool: PgPool, listener: TcpListener, opts: Options) -> anyhow::Resu
         tokens: opts.tokens.clone(),
         allow_list: opts.allow_list.clone(),
         group,
+        retention_days: opts.retention_days,
     };
     let app = http::router(state, opts.max_body_bytes);
     let stop = http_stop.clone();

@@ -13,6 +13,16 @@ use kairos::services::trigger_loop::{TriggerLoop, TriggerLoopConfig};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
+/// Midnight UTC `days` from today: fixed dates would fall out of `retention_days` as time passes.
+fn midnight(days: i64) -> chrono::DateTime<chrono::Utc> {
+    let today = chrono::Utc::now().date_naive() + chrono::Duration::days(days);
+    today.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc()
+}
+
+fn key(at: chrono::DateTime<chrono::Utc>) -> String {
+    kairos::domain::schedule::window_key(at)
+}
+
 fn trigger(pool: &PgPool) -> TriggerLoop {
     TriggerLoop::new(
         pool.clone(),
@@ -268,7 +278,7 @@ async fn backfill_of_one_day_is_idempotent_even_when_run_twice_at_once(pool: PgP
         json!({"agent_id": "ba", "trigger": {"type": "cron", "expr": "0 * * * *"}, "execution": {"overlap": "queue"}}),
     )
     .await;
-    let range = json!({"from": "2026-11-01T00:00:00Z", "to": "2026-11-02T00:00:00Z"});
+    let range = json!({"from": key(midnight(-2)), "to": key(midnight(-1))});
     let mut dry = range.clone();
     dry["dry_run"] = json!(true);
     let (status, plan) = json(app.post("/v1/tasks/hourly/backfill", dry).await).await;
@@ -277,7 +287,7 @@ async fn backfill_of_one_day_is_idempotent_even_when_run_twice_at_once(pool: PgP
     assert_eq!(plan["windows"].as_array().map(Vec::len), Some(24));
     assert_eq!(
         plan["windows"][0],
-        json!({"window_key": "2026-11-01T00:00:00Z", "outcome": "would_create"})
+        json!({"window_key": key(midnight(-2)), "outcome": "would_create"})
     );
     assert!(
         windows(&pool, "hourly").await.is_empty(),
@@ -303,10 +313,15 @@ async fn backfill_of_one_day_is_idempotent_even_when_run_twice_at_once(pool: PgP
     assert_eq!(again["created"], 0);
     assert_eq!(again["existing"], 24);
 
+    app.put(
+        "/v1/tasks/secondly",
+        json!({"agent_id": "ba", "trigger": {"type": "interval", "every_seconds": 1}}),
+    )
+    .await;
     let (status, problem) = json(
         app.post(
-            "/v1/tasks/hourly/backfill",
-            json!({"from": "2020-01-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"}),
+            "/v1/tasks/secondly/backfill",
+            json!({"from": key(midnight(-1)), "to": key(midnight(0))}),
         )
         .await,
     )
@@ -326,7 +341,7 @@ async fn backfilled_windows_obey_overlap_skip(pool: PgPool) {
     let (_, report) = json(
         app.post(
             "/v1/tasks/h/backfill",
-            json!({"from": "2026-11-01T00:00:00Z", "to": "2026-11-01T03:00:00Z"}),
+            json!({"from": key(midnight(-1)), "to": key(midnight(-1) + chrono::Duration::hours(3))}),
         )
         .await,
     )
@@ -337,13 +352,15 @@ async fn backfilled_windows_obey_overlap_skip(pool: PgPool) {
     assert_eq!(rows[0].1, "PENDING");
     assert_eq!(
         rows[1].3.as_deref(),
-        Some("overlap: window 2026-11-01T00:00:00Z still unfinished")
+        Some(format!("overlap: window {} still unfinished", key(midnight(-1))).as_str())
     );
 }
 
 #[sqlx::test]
 async fn a_dependency_fires_once_per_upstream_window(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
+    let w1 = key(midnight(-2) + chrono::Duration::minutes(30));
+    let w2 = key(midnight(-1) + chrono::Duration::minutes(30));
     app.put(
         "/v1/tasks/a",
         json!({"agent_id": "up", "trigger": {"type": "manual"}}),
@@ -354,17 +371,14 @@ async fn a_dependency_fires_once_per_upstream_window(pool: PgPool) {
         json!({"agent_id": "down", "trigger": {"type": "after", "task": "a", "on": "success"}}),
     )
     .await;
-    app.post(
-        "/v1/tasks/a/trigger",
-        json!({"window_key": "2026-11-29T00:30:00Z"}),
-    )
-    .await;
+    app.post("/v1/tasks/a/trigger", json!({"window_key": w1}))
+        .await;
     let up = claim(&app, "up", 1).await.remove(0);
     assert_eq!(complete(&app, &up, json!({"rows": 42})).await, 200);
 
     let b_rows = windows(&pool, "b").await;
     assert_eq!(b_rows.len(), 1);
-    assert_eq!(b_rows[0].0, "2026-11-29T00:30:00Z");
+    assert_eq!(b_rows[0].0, w1);
     assert_eq!(b_rows[0].2, "dependency");
     let down = claim(&app, "down", 1).await.remove(0);
     assert_eq!(down["upstream_instance_id"], up["id"]);
@@ -385,19 +399,13 @@ async fn a_dependency_fires_once_per_upstream_window(pool: PgPool) {
         "SUCCESS is terminal; a re-run is a new trigger with the same key"
     );
     let (status, _) = json(
-        app.post(
-            "/v1/tasks/a/trigger",
-            json!({"window_key": "2026-11-29T00:30:00Z"}),
-        )
-        .await,
+        app.post("/v1/tasks/a/trigger", json!({"window_key": w1}))
+            .await,
     )
     .await;
     assert_eq!(status, 200, "same window: the existing instance");
-    app.post(
-        "/v1/tasks/a/trigger",
-        json!({"window_key": "2026-11-30T00:30:00Z"}),
-    )
-    .await;
+    app.post("/v1/tasks/a/trigger", json!({"window_key": w2}))
+        .await;
     let second = claim(&app, "up", 1).await.remove(0);
     let failed = fail(&app, &second).await;
     assert_eq!(failed["status"], "FAILED");
@@ -549,4 +557,67 @@ async fn a_manual_resume_after_the_breaker_starts_counting_afresh(pool: PgPool) 
     assert_eq!(status, 200);
     assert_eq!(task["consecutive_failures"], 0);
     assert_eq!(claim(&app, "fa", 1).await.len(), 1);
+}
+
+#[sqlx::test]
+async fn backfills_and_manual_windows_older_than_retention_are_refused(pool: PgPool) {
+    let mut opts = kairos::app::Options::api_only("n1");
+    opts.retention_days = 2;
+    let app = TestApp::spawn_opts(pool.clone(), opts).await;
+    app.put(
+        "/v1/tasks/h",
+        json!({"agent_id": "ra", "trigger": {"type": "cron", "expr": "0 * * * *"}, "execution": {"overlap": "queue"}}),
+    )
+    .await;
+    let old = midnight(-3);
+    let refused = [
+        (
+            "/v1/tasks/h/backfill",
+            json!({"from": key(old), "to": key(midnight(-1))}),
+            "from",
+        ),
+        (
+            "/v1/tasks/h/backfill",
+            json!({"from": key(old), "to": key(old + chrono::Duration::hours(2)), "dry_run": true}),
+            "from",
+        ),
+        (
+            "/v1/tasks/h/trigger",
+            json!({"window_key": key(old)}),
+            "window_key",
+        ),
+        ("/v1/tasks/h/trigger", json!({"run_at": key(old)}), "run_at"),
+    ];
+    for (path, body, field) in refused {
+        let (status, problem) = json(app.post(path, body.clone()).await).await;
+        assert_eq!(status, 422, "{body}: {problem}");
+        assert_eq!(problem["errors"][0]["field"], field, "{problem}");
+        assert!(
+            problem["errors"][0]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("retention_days (2 days")),
+            "{problem}"
+        );
+    }
+    assert!(windows(&pool, "h").await.is_empty(), "nothing written");
+
+    // Inside retention both work; a caller's key that is not an instant is not a window time.
+    let (status, report) = json(
+        app.post(
+            "/v1/tasks/h/backfill",
+            json!({"from": key(midnight(-1)), "to": key(midnight(-1) + chrono::Duration::hours(2))}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["created"], 2);
+    for body in [
+        json!({"window_key": key(midnight(-1) + chrono::Duration::minutes(30))}),
+        json!({"window_key": "report-of-last-year"}),
+    ] {
+        let (status, inst) = json(app.post("/v1/tasks/h/trigger", body).await).await;
+        assert_eq!(status, 201, "{inst}");
+    }
+    assert_eq!(windows(&pool, "h").await.len(), 4);
 }

@@ -62,6 +62,9 @@ pub struct AppState {
     pub allow_list: AllowList,
     /// Single complete, fail and heartbeat calls share transactions through it.
     pub group: crate::store::group_commit::GroupCommit,
+    /// `retention_days`: windows older than this may have been pruned, so backfills and manual
+    /// windows that old are refused (their uniqueness could no longer be guaranteed).
+    pub retention_days: i64,
 }
 
 /// A router that remembers which (method, path) pairs it serves.

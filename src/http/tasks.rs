@@ -6,6 +6,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
+use chrono::{DateTime, Utc};
 
 use super::extract::{body_object, int_field, string_field};
 use super::instances::instance_json;
@@ -326,6 +327,38 @@ async fn preview_cron(
     })))
 }
 
+/// The oldest window instant still protected by its row: `retention_days` before the database
+/// clock. Older terminal rows may have been pruned.
+async fn retention_cutoff(state: &AppState) -> Result<DateTime<Utc>, ApiError> {
+    let now = store::now(&state.pool).await?;
+    Ok(now - chrono::Duration::days(state.retention_days))
+}
+
+/// Refuse a window instant older than `cutoff`: the pruner may have deleted the row that made
+/// that window unique, so it could be created, and run, a second time.
+fn check_retention(
+    state: &AppState,
+    task_id: &str,
+    field: &str,
+    at: DateTime<Utc>,
+    cutoff: DateTime<Utc>,
+) -> Result<(), ApiError> {
+    if at >= cutoff {
+        return Ok(());
+    }
+    let at = format_instant(at);
+    tracing::info!(task_id = %task_id, window_key = %at, field, reason = "older than retention_days", "window refused");
+    Err(ApiError::invalid(
+        field,
+        format!(
+            "{at} is older than retention_days ({} days, before {}): instances that old may \
+             have been pruned, so the window's uniqueness can no longer be guaranteed",
+            state.retention_days,
+            format_instant(cutoff)
+        ),
+    ))
+}
+
 async fn trigger_task(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -380,6 +413,17 @@ async fn trigger_task(
         }
         Some(_) => return Err(ApiError::invalid("context", "must be a JSON object")),
     };
+    // A window key that is an instant names a schedule window; it and `run_at` (the scheduled
+    // time) must be within retention, like a backfill.
+    let key_instant = window_key.as_deref().and_then(parse_timestamp);
+    if key_instant.is_some() || run_at.is_some() {
+        let cutoff = retention_cutoff(&state).await?;
+        for (field, at) in [("window_key", key_instant), ("run_at", run_at)] {
+            if let Some(at) = at {
+                check_retention(&state, &id, field, at, cutoff)?;
+            }
+        }
+    }
     let trigger = ManualTrigger {
         window_key,
         run_at,
@@ -408,7 +452,7 @@ async fn backfill_task(
     JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
     let m = body_object(body, &["from", "to", "dry_run"])?;
-    let stamp = |key: &str| -> Result<chrono::DateTime<chrono::Utc>, ApiError> {
+    let stamp = |key: &str| -> Result<DateTime<Utc>, ApiError> {
         match m.get(key) {
             Some(Value::String(s)) => parse_timestamp(s).ok_or_else(|| {
                 ApiError::invalid(
@@ -428,6 +472,7 @@ async fn backfill_task(
     if to <= from {
         return Err(ApiError::invalid("to", "must be after from"));
     }
+    check_retention(&state, &id, "from", from, retention_cutoff(&state).await?)?;
     let dry_run = match m.get("dry_run") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
