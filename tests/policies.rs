@@ -621,3 +621,166 @@ async fn backfills_and_manual_windows_older_than_retention_are_refused(pool: PgP
     }
     assert_eq!(windows(&pool, "h").await.len(), 4);
 }
+
+#[sqlx::test]
+async fn a_backfill_may_choose_its_own_overlap_policy(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    // The task's policy is the default `skip` with a limit of 1.
+    app.put(
+        "/v1/tasks/h",
+        json!({"agent_id": "oa", "trigger": {"type": "cron", "expr": "0 * * * *"}}),
+    )
+    .await;
+    let from = midnight(-1);
+    let range = |hours: i64, extra: Value| {
+        let mut body = json!({"from": key(from + chrono::Duration::hours(hours - 3)), "to": key(from + chrono::Duration::hours(hours))});
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
+        body
+    };
+    for (field, extra) in [
+        ("overlap", json!({"overlap": "sometimes"})),
+        ("overlap", json!({"overlap": 1})),
+        ("reprocess", json!({"reprocess": "all"})),
+    ] {
+        let (status, problem) = json(app.post("/v1/tasks/h/backfill", range(3, extra)).await).await;
+        assert_eq!(status, 422, "{problem}");
+        assert_eq!(problem["errors"][0]["field"], field);
+    }
+
+    let (status, report) = json(
+        app.post(
+            "/v1/tasks/h/backfill",
+            range(3, json!({"overlap": "queue"})),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["created"], 3);
+    assert_eq!(
+        report["skipped"], 0,
+        "queue for this backfill: every window runs"
+    );
+    assert_eq!(report["reprocessed"], 0);
+    // Without the override the task's own `skip` applies: the next range is all blocked.
+    let (_, report) = json(app.post("/v1/tasks/h/backfill", range(6, json!({}))).await).await;
+    assert_eq!(report["created"], 3);
+    assert_eq!(report["skipped"], 3, "{report}");
+    let rows = windows(&pool, "h").await;
+    let statuses: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+    assert_eq!(
+        statuses,
+        [
+            "PENDING", "PENDING", "PENDING", "SKIPPED", "SKIPPED", "SKIPPED"
+        ]
+    );
+    let (_, task) = json(app.get("/v1/tasks/h").await).await;
+    assert_eq!(
+        task["execution"]["overlap"], "skip",
+        "the task is unchanged"
+    );
+}
+
+#[sqlx::test]
+async fn a_backfill_with_reprocess_failed_retries_only_windows_that_did_not_succeed(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put(
+        "/v1/tasks/h",
+        json!({"agent_id": "rp", "trigger": {"type": "cron", "expr": "0 * * * *"},
+               "execution": {"overlap": "queue", "concurrency_limit": 5, "max_retries": 1}}),
+    )
+    .await;
+    let from = midnight(-1);
+    let range = json!({"from": key(from), "to": key(from + chrono::Duration::hours(5))});
+    let (_, report) = json(app.post("/v1/tasks/h/backfill", range.clone()).await).await;
+    assert_eq!(report["created"], 5);
+    // Oldest first: hour 0 succeeds, 1 is DEAD, 2 FAILED, 3 CANCELLED, 4 stays RUNNING.
+    let got = claim(&app, "rp", 5).await;
+    assert_eq!(got.len(), 5);
+    let id = |i: usize| got[i]["id"].as_str().unwrap_or("").to_owned();
+    assert_eq!(complete(&app, &got[0], json!({"ok": true})).await, 200);
+    for (i, retryable) in [(1, false), (2, true)] {
+        let (status, body) = json(
+            app.post(
+                &format!("/v1/instances/{}/fail", id(i)),
+                json!({"lease_token": got[i]["lease_token"], "error": "boom", "retryable": retryable}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, _) = json(
+        app.post(&format!("/v1/instances/{}/cancel", id(3)), json!({}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let before: Vec<String> = windows(&pool, "h").await.into_iter().map(|r| r.1).collect();
+    assert_eq!(
+        before,
+        ["SUCCESS", "DEAD", "FAILED", "CANCELLED", "RUNNING"]
+    );
+
+    let mut dry = range.clone();
+    dry["reprocess"] = json!("failed");
+    dry["dry_run"] = json!(true);
+    let (status, plan) = json(app.post("/v1/tasks/h/backfill", dry).await).await;
+    assert_eq!(status, 200, "{plan}");
+    assert_eq!(plan["reprocessed"], 3);
+    let outcomes: Vec<&str> = plan["windows"]
+        .as_array()
+        .map(|w| w.iter().filter_map(|w| w["outcome"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        outcomes,
+        [
+            "exists",
+            "would_reprocess",
+            "would_reprocess",
+            "would_reprocess",
+            "exists"
+        ]
+    );
+    let unchanged: Vec<String> = windows(&pool, "h").await.into_iter().map(|r| r.1).collect();
+    assert_eq!(unchanged, before, "a dry run writes nothing");
+
+    let mut body = range.clone();
+    body["reprocess"] = json!("failed");
+    let (status, report) = json(app.post("/v1/tasks/h/backfill", body.clone()).await).await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["created"], 0);
+    assert_eq!(report["existing"], 5);
+    assert_eq!(report["reprocessed"], 3);
+    let after: Vec<String> = windows(&pool, "h").await.into_iter().map(|r| r.1).collect();
+    assert_eq!(
+        after,
+        ["SUCCESS", "PENDING", "PENDING", "PENDING", "RUNNING"]
+    );
+
+    // Each retry is an operator retry: one more attempt, an event by the backfill.
+    for (i, from_status) in [(1, "DEAD"), (2, "FAILED"), (3, "CANCELLED")] {
+        let (_, detail) = json(app.get(&format!("/v1/instances/{}", id(i))).await).await;
+        assert_eq!(detail["max_attempts"], 3, "{detail}");
+        let last = detail["events"]
+            .as_array()
+            .and_then(|e| e.last())
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(last["from"], from_status, "{detail}");
+        assert_eq!(last["to"], "PENDING");
+        assert_eq!(last["actor"], "backfill");
+    }
+    let again = claim(&app, "rp", 5).await;
+    assert_eq!(
+        again.len(),
+        3,
+        "the reprocessed windows are claimable at once"
+    );
+
+    // Running it again reprocesses nothing: nothing is DEAD, FAILED or CANCELLED now.
+    let (_, report) = json(app.post("/v1/tasks/h/backfill", body).await).await;
+    assert_eq!(report["reprocessed"], 0);
+}

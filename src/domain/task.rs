@@ -180,6 +180,23 @@ pub enum Overlap {
     Replace,
 }
 
+impl Overlap {
+    /// The policy names of the API, each with its value.
+    pub const NAMES: [(&'static str, Overlap); 3] = [
+        ("skip", Overlap::Skip),
+        ("queue", Overlap::Queue),
+        ("replace", Overlap::Replace),
+    ];
+
+    /// The policy named `name` in the API.
+    pub fn parse(name: &str) -> Option<Overlap> {
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, o)| *o)
+    }
+}
+
 /// What happens to windows missed while no replica was running (CONTRACT §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -730,17 +747,7 @@ fn parse_execution(value: Option<&Value>, errs: &mut Errors) -> Execution {
         1,
         1000,
     ) as i32;
-    let overlap = errs.enum_value(
-        e,
-        p,
-        "overlap",
-        d.overlap,
-        &[
-            ("skip", Overlap::Skip),
-            ("queue", Overlap::Queue),
-            ("replace", Overlap::Replace),
-        ],
-    );
+    let overlap = errs.enum_value(e, p, "overlap", d.overlap, &Overlap::NAMES);
     let catchup = errs.enum_value(
         e,
         p,

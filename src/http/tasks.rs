@@ -10,8 +10,9 @@ use chrono::{DateTime, Utc};
 
 use super::extract::{body_object, int_field, string_field};
 use super::instances::instance_json;
+use crate::domain::task::Overlap;
 use crate::domain::task::{MAX_CONTEXT_BYTES, parse_timestamp};
-use crate::store::instances::{self as store_instances, ManualTrigger};
+use crate::store::instances::{self as store_instances, Backfill, ManualTrigger, Reprocess};
 use serde_json::{Value, json};
 
 use super::error::ApiError;
@@ -451,7 +452,7 @@ async fn backfill_task(
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
-    let m = body_object(body, &["from", "to", "dry_run"])?;
+    let m = body_object(body, &["from", "to", "dry_run", "overlap", "reprocess"])?;
     let stamp = |key: &str| -> Result<DateTime<Utc>, ApiError> {
         match m.get(key) {
             Some(Value::String(s)) => parse_timestamp(s).ok_or_else(|| {
@@ -478,24 +479,43 @@ async fn backfill_task(
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(ApiError::invalid("dry_run", "must be a boolean")),
     };
-    let report = store_instances::backfill(
-        &state.pool,
-        &id,
+    let overlap = match m.get("overlap") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.as_str().and_then(Overlap::parse).ok_or_else(|| {
+            let names: Vec<&str> = Overlap::NAMES.iter().map(|(n, _)| *n).collect();
+            ApiError::invalid("overlap", format!("must be one of {}", names.join(", ")))
+        })?),
+    };
+    let reprocess = match m.get("reprocess") {
+        None | Some(Value::Null) => Reprocess::None,
+        Some(Value::String(s)) if s == "none" => Reprocess::None,
+        Some(Value::String(s)) if s == "failed" => Reprocess::Failed,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "reprocess",
+                "must be one of none, failed",
+            ));
+        }
+    };
+    let req = Backfill {
         from,
         to,
         dry_run,
-        MAX_BACKFILL_WINDOWS,
-        "backfill",
-    )
-    .await
-    .map_err(|e| not_found_task(e, &id))?;
-    tracing::info!(task_id = %id, from = %format_instant(from), to = %format_instant(to), dry_run, created = report.created, existing = report.existing, skipped = report.skipped, cancelled = report.cancelled, "backfill");
+        max_windows: MAX_BACKFILL_WINDOWS,
+        overlap,
+        reprocess,
+    };
+    let report = store_instances::backfill(&state.pool, &id, &req, "backfill")
+        .await
+        .map_err(|e| not_found_task(e, &id))?;
+    tracing::info!(task_id = %id, from = %format_instant(from), to = %format_instant(to), dry_run, overlap = ?overlap, reprocess = ?reprocess, created = report.created, existing = report.existing, skipped = report.skipped, cancelled = report.cancelled, reprocessed = report.reprocessed, "backfill");
     let mut out = json!({
         "dry_run": dry_run,
         "created": report.created,
         "existing": report.existing,
         "skipped": report.skipped,
         "cancelled": report.cancelled,
+        "reprocessed": report.reprocessed,
     });
     if dry_run {
         out["windows"] = report

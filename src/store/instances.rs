@@ -893,6 +893,22 @@ pub async fn retry_due(conn: &mut PgConnection, limit: i64, actor: &str) -> Resu
         .collect())
 }
 
+/// The operator-retry write after a CTE `old (id, status)` of locked rows: PENDING with one
+/// more attempt allowed, claimable now, its event by actor `$3` with reason `$4`. Follow it
+/// with `select … from upd`.
+const OPERATOR_RETRY_SQL: &str = "upd as ( \
+         update task_instance i set status = 'PENDING', attempt = i.attempt + 1, \
+             max_attempts = i.max_attempts + 1, available_at = now(), finished_at = null, \
+             started_at = null, worker_id = null, lease_token = null, \
+             lease_expires_at = null, deadline_at = null, result = null, error = null, \
+             error_kind = null, skip_reason = null, updated_at = now() \
+         from old where i.id = old.id \
+         returning i.*, old.status as from_status \
+     ), ev as ( \
+         insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
+         select id, attempt, from_status, 'PENDING', $3, $4 from upd \
+     ) ";
+
 /// Operator retry: DEAD, FAILED, CANCELLED or SKIPPED → PENDING, one more attempt allowed,
 /// claimable now.
 pub async fn operator_retry(
@@ -906,18 +922,7 @@ pub async fn operator_retry(
     let row: Option<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "with old as ( \
              select id, status from task_instance where id = $1 and status = any($2) for update \
-         ), upd as ( \
-             update task_instance i set status = 'PENDING', attempt = i.attempt + 1, \
-                 max_attempts = i.max_attempts + 1, available_at = now(), finished_at = null, \
-                 started_at = null, worker_id = null, lease_token = null, \
-                 lease_expires_at = null, deadline_at = null, result = null, error = null, \
-                 error_kind = null, skip_reason = null, updated_at = now() \
-             from old where i.id = old.id \
-             returning i.*, old.status as from_status \
-         ), ev as ( \
-             insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
-             select id, attempt, from_status, 'PENDING', $3, $4 from upd \
-         ) \
+         ), {OPERATOR_RETRY_SQL} \
          select {INSTANCE_COLUMNS} from upd"
     )))
     .bind(id)
@@ -1176,23 +1181,86 @@ pub struct BackfillReport {
     /// Of the created windows, those recorded SKIPPED by the overlap policy.
     pub skipped: usize,
     pub cancelled: usize,
+    /// Of the existing windows, those given an operator retry ([`Reprocess::Failed`]).
+    pub reprocessed: usize,
+}
+
+/// Operator retries of a task's windows `keys` that are in one of `from` (status names), in
+/// the caller's transaction, rows locked in id order. Returns the instances written.
+async fn retry_windows(
+    conn: &mut PgConnection,
+    task_id: &str,
+    keys: &[String],
+    from: &[&str],
+    actor: &str,
+    reason: &str,
+) -> Result<Vec<Instance>> {
+    let rows: Vec<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "with old as ( \
+             select id, status from task_instance \
+             where task_id = $1 and window_key = any($5) and status = any($2) \
+             order by id for update \
+         ), {OPERATOR_RETRY_SQL} \
+         select {INSTANCE_COLUMNS} from upd"
+    )))
+    .bind(task_id)
+    .bind(from)
+    .bind(actor)
+    .bind(reason)
+    .bind(keys)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    rows.into_iter().map(Instance::try_from).collect()
+}
+
+/// What existing windows of a backfill's range get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reprocess {
+    /// Existing windows are left alone, whatever their status.
+    #[default]
+    None,
+    /// DEAD, FAILED and CANCELLED windows get an operator retry (one more attempt); SUCCESS
+    /// never runs again, PENDING and RUNNING are left alone, SKIPPED stays a record.
+    Failed,
+}
+
+/// The statuses [`Reprocess::Failed`] retries: the operator-retry sources that mean "it did
+/// not succeed", without SKIPPED (a window that never ran by policy is not a failure).
+const REPROCESS_FAILED: [InstanceStatus; 3] = [
+    InstanceStatus::Dead,
+    InstanceStatus::Failed,
+    InstanceStatus::Cancelled,
+];
+
+/// A backfill of `[from, to)`.
+#[derive(Debug, Clone)]
+pub struct Backfill {
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub dry_run: bool,
+    /// Refused (`422` on `to`) past this many windows.
+    pub max_windows: usize,
+    /// The overlap policy of this backfill only; the task's when `None`.
+    pub overlap: Option<crate::domain::task::Overlap>,
+    pub reprocess: Reprocess,
 }
 
 /// Materialise the schedule's windows in `[from, to)` (`source = backfill`), idempotently and
-/// under the task's overlap policy. The task row is locked for the duration, so concurrent
-/// backfills and the trigger loop take turns and every window is inserted once.
+/// under the task's (or the request's) overlap policy; with [`Reprocess::Failed`], existing
+/// windows that did not succeed get an operator retry. The task row is locked for the
+/// duration, so concurrent backfills and the trigger loop take turns and every window is
+/// inserted once.
 pub async fn backfill(
     pool: &PgPool,
     task_id: &str,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-    dry_run: bool,
-    max_windows: usize,
+    req: &Backfill,
     actor: &str,
 ) -> Result<BackfillReport> {
     use crate::domain::policy::{SkipReason, apply_overlap};
     use crate::domain::schedule::{Schedule, window_key};
     use crate::domain::task::{FieldError, TaskSpec};
+    let (from, to, dry_run, max_windows) = (req.from, req.to, req.dry_run, req.max_windows);
 
     let mut tx = pool.begin().await.map_err(map_db_error)?;
     let spec: Option<Json<Value>> =
@@ -1232,15 +1300,25 @@ pub async fn backfill(
         cursor = schedule.next_after(w);
     }
     let keys: Vec<String> = windows.iter().map(|w| window_key(*w)).collect();
-    let existing: Vec<String> = sqlx::query_scalar(
-        "select window_key from task_instance where task_id = $1 and window_key = any($2)",
+    let existing: Vec<(String, String)> = sqlx::query_as(
+        "select window_key, status from task_instance where task_id = $1 and window_key = any($2)",
     )
     .bind(task_id)
     .bind(&keys)
     .fetch_all(&mut *tx)
     .await
     .map_err(map_db_error)?;
-    let existing: std::collections::HashSet<String> = existing.into_iter().collect();
+    let reprocess_from = match req.reprocess {
+        Reprocess::None => Vec::new(),
+        Reprocess::Failed => status_names(&REPROCESS_FAILED),
+    };
+    let to_reprocess: Vec<String> = existing
+        .iter()
+        .filter(|(_, status)| reprocess_from.contains(&status.as_str()))
+        .map(|(k, _)| k.clone())
+        .collect();
+    let existing: std::collections::HashSet<String> =
+        existing.into_iter().map(|(k, _)| k).collect();
     let unfinished = unfinished_windows(&mut tx, &[task_id])
         .await?
         .remove(task_id)
@@ -1250,7 +1328,11 @@ pub async fn backfill(
         .filter(|w| !existing.contains(&window_key(**w)))
         .map(|w| (*w, Source::Backfill, true))
         .collect();
-    let (planned, cancel) = apply_overlap(&spec.execution, candidates, &unfinished);
+    let mut execution = spec.execution.clone();
+    if let Some(overlap) = req.overlap {
+        execution.overlap = overlap;
+    }
+    let (planned, cancel) = apply_overlap(&execution, candidates, &unfinished);
 
     let mut report = BackfillReport {
         existing: existing.len(),
@@ -1267,6 +1349,9 @@ pub async fn backfill(
             Some(r) => format!("{prefix}skip: {}", r.as_text()),
         };
         outcome.insert(window_key(p.scheduled_at), text);
+    }
+    for k in &to_reprocess {
+        outcome.insert(k.clone(), format!("{prefix}reprocess"));
     }
     if !dry_run {
         if !cancel.is_empty() {
@@ -1314,13 +1399,29 @@ pub async fn backfill(
                 outcome.insert(key, "exists".to_owned());
             }
         }
-        if report.created > report.skipped {
+        if !to_reprocess.is_empty() {
+            let retried = retry_windows(
+                &mut tx,
+                task_id,
+                &to_reprocess,
+                &reprocess_from,
+                actor,
+                "backfill reprocess: operator retry",
+            )
+            .await?;
+            for inst in &retried {
+                tracing::info!(task_id = %task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, reason = "backfill reprocess", "instance retried");
+            }
+            report.reprocessed = retried.len();
+        }
+        if report.created > report.skipped || report.reprocessed > 0 {
             notify_work(&mut tx, &spec.agent_id).await?;
         }
         tx.commit().await.map_err(map_db_error)?;
     } else {
         report.created = planned.len();
         report.skipped = planned.iter().filter(|p| p.skip.is_some()).count();
+        report.reprocessed = to_reprocess.len();
         tx.rollback().await.map_err(map_db_error)?;
     }
     report.windows = keys
