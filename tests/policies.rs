@@ -784,3 +784,64 @@ async fn a_backfill_with_reprocess_failed_retries_only_windows_that_did_not_succ
     let (_, report) = json(app.post("/v1/tasks/h/backfill", body).await).await;
     assert_eq!(report["reprocessed"], 0);
 }
+
+#[sqlx::test]
+async fn an_unreadable_retry_backoff_keeps_a_failed_attempt_failed_with_the_default_delay(
+    pool: PgPool,
+) {
+    use kairos::services::timeout_reaper::{TimeoutReaper, TimeoutReaperConfig};
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put(
+        "/v1/tasks/ub",
+        json!({"agent_id": "ub", "trigger": {"type": "manual"}, "execution": {"concurrency_limit": 2}}),
+    )
+    .await;
+    for k in ["a", "b"] {
+        app.post("/v1/tasks/ub/trigger", json!({"window_key": k}))
+            .await;
+    }
+    let got = claim(&app, "ub", 2).await;
+    assert_eq!(got.len(), 2);
+    // The stored definition's backoff becomes unreadable (another version, a hand edit).
+    sqlx::query(
+        "update tasks set spec = jsonb_set(spec, '{execution,retry_backoff}', '\"soon\"') \
+         where id = 'ub'",
+    )
+    .execute(&pool)
+    .await
+    .expect("spoil the backoff");
+
+    // An agent's fail: FAILED, retried after the default backoff (10 s ± 20%), not DEAD.
+    let failed = fail(&app, &got[0]).await;
+    assert_eq!(failed["status"], "FAILED", "{failed}");
+    let delay: f64 = sqlx::query_scalar(
+        "select extract(epoch from available_at - updated_at)::float8 from task_instance \
+         where id = $1::text::uuid",
+    )
+    .bind(got[0]["id"].as_str().unwrap_or(""))
+    .fetch_one(&pool)
+    .await
+    .expect("delay");
+    assert!((7.9..=12.1).contains(&delay), "{delay}");
+
+    // The reaper's path decides the same way.
+    sqlx::query("update task_instance set lease_expires_at = now() - interval '1 second' where id = $1::text::uuid")
+        .bind(got[1]["id"].as_str().unwrap_or(""))
+        .execute(&pool)
+        .await
+        .expect("expire the lease");
+    let reaper = TimeoutReaper::new(
+        pool.clone(),
+        TimeoutReaperConfig::new("n1"),
+        Heartbeats::default(),
+    );
+    let report = reaper.run_once().await.expect("reap");
+    assert_eq!(report.num_reaped, 1);
+    assert_eq!(report.num_dead, 0);
+    let statuses: Vec<String> = windows(&pool, "ub")
+        .await
+        .into_iter()
+        .map(|r| r.1)
+        .collect();
+    assert_eq!(statuses, ["FAILED", "FAILED"]);
+}

@@ -738,8 +738,10 @@ pub struct RunningAttempt {
     pub lease_token: Uuid,
     /// The worker holding the lease.
     pub worker_id: Option<String>,
-    /// The task's `execution.retry_backoff`, or null when the task was deleted.
+    /// The task's `execution.retry_backoff` as stored; null when the task was deleted.
     pub retry_backoff: Option<Json<Value>>,
+    /// False when the task was deleted: nobody is left to retry for.
+    pub task_exists: bool,
     /// `lease_expired` or `timeout` for reaped rows; null otherwise.
     pub expiry: Option<String>,
 }
@@ -747,7 +749,7 @@ pub struct RunningAttempt {
 /// The [`RunningAttempt`] columns but `expiry`, for `task_instance i left join tasks t`.
 const RUNNING_ATTEMPT_COLUMNS: &str = "i.id, i.task_id, i.window_key, i.agent_id, i.attempt, \
      i.max_attempts, i.lease_token, i.worker_id, \
-     t.spec->'execution'->'retry_backoff' as retry_backoff";
+     t.spec->'execution'->'retry_backoff' as retry_backoff, t.id is not null as task_exists";
 
 /// Lock up to `limit` RUNNING instances whose lease expired or whose run passed its deadline,
 /// skipping rows another replica's reaper holds.
@@ -994,16 +996,12 @@ pub fn plan_failure(
     error_kind: &'static str,
     unit: f64,
 ) -> Failure {
-    let policy: Option<RetryBackoff> = a
-        .retry_backoff
-        .as_ref()
-        .and_then(|j| serde_json::from_value(j.0.clone()).ok());
     // A task that no longer exists has nobody to retry for.
-    let give_up = !retryable || a.attempt >= a.max_attempts || policy.is_none();
+    let give_up = !retryable || a.attempt >= a.max_attempts || !a.task_exists;
     let to = transition(Some(InstanceStatus::Running), Event::Fail { give_up })
         .unwrap_or(InstanceStatus::Dead);
-    let delay = match (&policy, to) {
-        (Some(p), InstanceStatus::Failed) => backoff(p, a.attempt, unit),
+    let delay = match to {
+        InstanceStatus::Failed => backoff(&retry_policy(a), a.attempt, unit),
         _ => std::time::Duration::ZERO,
     };
     Failure {
@@ -1014,6 +1012,31 @@ pub fn plan_failure(
         error: bound_error(error),
         error_kind,
     }
+}
+
+/// The backoff policy of a failing attempt's task. A stored `retry_backoff` that cannot be read
+/// (written by another version, or edited by hand) must not cost the instance its remaining
+/// attempts: it is logged and the default policy applies, so the instance stays FAILED with a
+/// sensible retry time.
+fn retry_policy(a: &RunningAttempt) -> RetryBackoff {
+    let read = match &a.retry_backoff {
+        Some(j) => serde_json::from_value::<RetryBackoff>(j.0.clone()).map_err(|e| e.to_string()),
+        None => Err("execution.retry_backoff is missing".to_owned()),
+    };
+    read.unwrap_or_else(|reason| {
+        let fallback = RetryBackoff::default();
+        tracing::warn!(
+            task_id = %a.task_id,
+            window_key = %a.window_key,
+            instance_id = %a.id,
+            attempt = a.attempt,
+            reason = %reason,
+            base_seconds = fallback.base_seconds,
+            max_seconds = fallback.max_seconds,
+            "stored retry_backoff unreadable; retrying with the default backoff"
+        );
+        fallback
+    })
 }
 
 /// One failed attempt reported by its lease holder.
