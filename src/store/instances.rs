@@ -541,6 +541,18 @@ struct CompletedRow {
     notifies: bool,
 }
 
+/// Lock order for task rows. Completions, failures and reaps of one batch touch several tasks'
+/// counters; two batches (or a batch and the reaper) over overlapping tasks that lock them in
+/// different orders can deadlock (SQLSTATE 40P01). Each statement that updates task rows
+/// therefore locks them first with this sub-select, in id order. `NO KEY UPDATE` is the lock the
+/// update itself takes, so this adds no new conflict, only an order.
+const TASKS_OF_UPD_IN_ID_ORDER: &str =
+    "select id from tasks where id in (select task_id from upd) order by id for no key update";
+
+/// [`TASKS_OF_UPD_IN_ID_ORDER`] restricted to tasks whose failure count a success must reset.
+const TASKS_TO_RESET: &str = "select id from tasks where id in (select task_id from upd) \
+     and consecutive_failures <> 0 order by id for no key update";
+
 /// The completions in the caller's transaction: each a compare-and-swap on (id, RUNNING,
 /// lease token). In the same statement: the success (on the row, `finished_by`), the tasks'
 /// failure counts reset, and the wake-ups of [`AT_LIMIT_WITH_QUEUE_SQL`] (its snapshot is from
@@ -568,7 +580,7 @@ pub(super) async fn complete_in(
              returning i.* \
          ), tk as ( \
              update tasks set consecutive_failures = 0 \
-             where id in (select task_id from upd) and consecutive_failures <> 0 \
+             where id in ({TASKS_TO_RESET}) \
          ), info as ( \
              select bool_or(exists ( \
                         select 1 from tasks d where d.upstream_task_id = t.id)) as has_dependents, \
@@ -815,7 +827,7 @@ pub async fn record_failures(
          ), tk as ( \
              update tasks t set consecutive_failures = t.consecutive_failures + c.n \
              from (select task_id, count(*)::int as n from upd group by task_id) c \
-             where t.id = c.task_id \
+             where t.id = c.task_id and t.id in ({TASKS_OF_UPD_IN_ID_ORDER}) \
          ) \
          select {INSTANCE_COLUMNS} from upd"
     )))
