@@ -52,6 +52,10 @@ pub struct Options {
     /// Where webhook pushes and notifications may go (checked at registration too).
     pub outbound: outbound::Policy,
     pub pruner: Option<PrunerConfig>,
+    /// How long terminal instances are kept (`retention_days`), whichever replica prunes them:
+    /// backfills and manual windows older than this are refused, since a pruned window could be
+    /// created a second time.
+    pub retention_days: i64,
     /// How often `kairos_instances{status}` is sampled; `None` leaves the sampler out.
     pub stats_interval: Option<Duration>,
 }
@@ -109,6 +113,7 @@ impl Options {
                 retention_days: cfg.retention_days,
                 batch_size: cfg.pruner_batch_size,
             }),
+            retention_days: cfg.retention_days,
             stats_interval: Some(Duration::from_millis(cfg.stats_interval_ms)),
         })
     }
@@ -131,6 +136,7 @@ impl Options {
             notifier: None,
             outbound: outbound::Policy::default(),
             pruner: None,
+            retention_days: PrunerConfig::default().retention_days,
             stats_interval: None,
         }
     }
@@ -241,6 +247,7 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
         group,
         claim_waiters: Arc::new(tokio::sync::Semaphore::new(opts.claims.max_waiters)),
         request_timeout: opts.request_timeout,
+        retention_days: opts.retention_days,
     };
     let app = http::router(state, opts.max_body_bytes);
     let server = tokio::spawn(http::server::serve(

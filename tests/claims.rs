@@ -779,3 +779,154 @@ async fn a_batch_completion_commits_valid_leases_and_fences_stale_ones(pool: PgP
     assert_eq!(status, 422);
     assert_eq!(problem["errors"][0]["field"], "completions[0].id");
 }
+
+#[sqlx::test]
+async fn concurrent_batches_and_the_reaper_over_the_same_tasks_never_deadlock(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let tasks: Vec<String> = (0..16).map(|k| format!("t{k:02}")).collect();
+    for t in &tasks {
+        manual_task(
+            &app,
+            t,
+            "dl",
+            json!({"concurrency_limit": 1000, "max_retries": 5}),
+        )
+        .await;
+    }
+    // Enough other tasks that the planner reaches task rows by index, in the order the
+    // batch's rows come (request order), not by one scan in table order.
+    sqlx::query(
+        "insert into tasks (id, agent_id, spec, trigger_type, dispatch_mode) \
+         select 'filler' || g, 'other', spec, trigger_type, dispatch_mode \
+         from tasks, generate_series(1, 2000) g where id = 't00'",
+    )
+    .execute(&pool)
+    .await
+    .expect("filler tasks");
+    sqlx::query("analyze tasks")
+        .execute(&pool)
+        .await
+        .expect("analyze");
+    for round in 0..3 {
+        // The last round's reaps may have opened circuits (which also write the task rows).
+        sqlx::query("update tasks set paused = false, paused_reason = null, resume_at = null")
+            .execute(&pool)
+            .await
+            .expect("close circuits");
+        for t in &tasks {
+            sqlx::query("delete from task_instance where task_id = $1")
+                .bind(t)
+                .execute(&pool)
+                .await
+                .expect("clear the last round");
+            pending(&pool, t, "dl", 12, 6).await;
+        }
+        let mut by_task: HashMap<String, Vec<Value>> = HashMap::new();
+        loop {
+            let got = claim(&app, "dl", "w", 100, json!({})).await;
+            if got.is_empty() {
+                break;
+            }
+            for i in got {
+                let task = i["task_id"].as_str().unwrap_or("").to_owned();
+                by_task.entry(task).or_default().push(i);
+            }
+        }
+        assert_eq!(by_task.values().map(Vec::len).sum::<usize>(), 16 * 12);
+        // Every task has a failure count, so every success writes its task row; a third of
+        // the leases are expired, so the reaper writes the same task rows at the same time.
+        sqlx::query("update tasks set consecutive_failures = 1")
+            .execute(&pool)
+            .await
+            .expect("failure counts");
+        let mut batches: Vec<Vec<Value>> = Vec::new();
+        let mut expired: Vec<String> = Vec::new();
+        // The slot-th claimed instance of each task, in ascending or descending task order.
+        let nth =
+            |slot: usize, t: &String| by_task[t.as_str()].get(slot).cloned().unwrap_or_default();
+        for slot in 0..12 {
+            let mut order: Vec<&String> = tasks.iter().collect();
+            if slot % 2 == 1 {
+                order.reverse();
+            }
+            if slot >= 8 {
+                expired.extend(order.iter().map(|t| id_of(&nth(slot, t))));
+                continue;
+            }
+            batches.push(
+                order
+                    .iter()
+                    .map(|t| {
+                        let i = nth(slot, t);
+                        json!({"id": i["id"], "lease_token": i["lease_token"]})
+                    })
+                    .collect(),
+            );
+        }
+        sqlx::query(
+            "update task_instance set lease_expires_at = now() - interval '1 second' \
+             where id = any($1::text[]::uuid[])",
+        )
+        .bind(&expired)
+        .execute(&pool)
+        .await
+        .expect("expire leases");
+
+        let mut work = tokio::task::JoinSet::new();
+        for items in batches {
+            let client = app.client.clone();
+            let url = app.url("/v1/completions");
+            work.spawn(async move {
+                let resp = client
+                    .post(url)
+                    .json(&json!({"completions": items}))
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let status = resp.status().as_u16();
+                let body: Value = resp.json().await.map_err(|e| e.to_string())?;
+                let ok = status == 200
+                    && body["results"]
+                        .as_array()
+                        .is_some_and(|r| r.iter().all(|r| r["status"] == 200));
+                if ok {
+                    Ok(())
+                } else {
+                    Err(format!("{status}: {body}"))
+                }
+            });
+        }
+        for node in ["r1", "r2"] {
+            let reaper = TimeoutReaper::new(
+                pool.clone(),
+                TimeoutReaperConfig::new(node),
+                Heartbeats::default(),
+            );
+            work.spawn(async move {
+                reaper
+                    .run_once()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| format!("reaper: {e:?}"))
+            });
+        }
+        while let Some(done) = work.join_next().await {
+            let outcome = done.expect("joined");
+            assert!(outcome.is_ok(), "round {round}: {outcome:?}");
+        }
+        let counts: Vec<(String, i64)> = sqlx::query_as(
+            "select status, count(*) from task_instance group by status order by status",
+        )
+        .fetch_all(&pool)
+        .await
+        .expect("counts");
+        assert_eq!(
+            counts,
+            vec![
+                ("FAILED".to_owned(), 16 * 4),
+                ("SUCCESS".to_owned(), 16 * 8)
+            ],
+            "round {round}"
+        );
+    }
+}

@@ -13,6 +13,16 @@ use kairos::services::trigger_loop::{TriggerLoop, TriggerLoopConfig};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
+/// Midnight UTC `days` from today: fixed dates would fall out of `retention_days` as time passes.
+fn midnight(days: i64) -> chrono::DateTime<chrono::Utc> {
+    let today = chrono::Utc::now().date_naive() + chrono::Duration::days(days);
+    today.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc()
+}
+
+fn key(at: chrono::DateTime<chrono::Utc>) -> String {
+    kairos::domain::schedule::window_key(at)
+}
+
 fn trigger(pool: &PgPool) -> TriggerLoop {
     TriggerLoop::new(
         pool.clone(),
@@ -268,7 +278,7 @@ async fn backfill_of_one_day_is_idempotent_even_when_run_twice_at_once(pool: PgP
         json!({"agent_id": "ba", "trigger": {"type": "cron", "expr": "0 * * * *"}, "execution": {"overlap": "queue"}}),
     )
     .await;
-    let range = json!({"from": "2026-11-01T00:00:00Z", "to": "2026-11-02T00:00:00Z"});
+    let range = json!({"from": key(midnight(-2)), "to": key(midnight(-1))});
     let mut dry = range.clone();
     dry["dry_run"] = json!(true);
     let (status, plan) = json(app.post("/v1/tasks/hourly/backfill", dry).await).await;
@@ -277,7 +287,7 @@ async fn backfill_of_one_day_is_idempotent_even_when_run_twice_at_once(pool: PgP
     assert_eq!(plan["windows"].as_array().map(Vec::len), Some(24));
     assert_eq!(
         plan["windows"][0],
-        json!({"window_key": "2026-11-01T00:00:00Z", "outcome": "would_create"})
+        json!({"window_key": key(midnight(-2)), "outcome": "would_create"})
     );
     assert!(
         windows(&pool, "hourly").await.is_empty(),
@@ -303,10 +313,15 @@ async fn backfill_of_one_day_is_idempotent_even_when_run_twice_at_once(pool: PgP
     assert_eq!(again["created"], 0);
     assert_eq!(again["existing"], 24);
 
+    app.put(
+        "/v1/tasks/secondly",
+        json!({"agent_id": "ba", "trigger": {"type": "interval", "every_seconds": 1}}),
+    )
+    .await;
     let (status, problem) = json(
         app.post(
-            "/v1/tasks/hourly/backfill",
-            json!({"from": "2020-01-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"}),
+            "/v1/tasks/secondly/backfill",
+            json!({"from": key(midnight(-1)), "to": key(midnight(0))}),
         )
         .await,
     )
@@ -326,7 +341,7 @@ async fn backfilled_windows_obey_overlap_skip(pool: PgPool) {
     let (_, report) = json(
         app.post(
             "/v1/tasks/h/backfill",
-            json!({"from": "2026-11-01T00:00:00Z", "to": "2026-11-01T03:00:00Z"}),
+            json!({"from": key(midnight(-1)), "to": key(midnight(-1) + chrono::Duration::hours(3))}),
         )
         .await,
     )
@@ -337,13 +352,15 @@ async fn backfilled_windows_obey_overlap_skip(pool: PgPool) {
     assert_eq!(rows[0].1, "PENDING");
     assert_eq!(
         rows[1].3.as_deref(),
-        Some("overlap: window 2026-11-01T00:00:00Z still unfinished")
+        Some(format!("overlap: window {} still unfinished", key(midnight(-1))).as_str())
     );
 }
 
 #[sqlx::test]
 async fn a_dependency_fires_once_per_upstream_window(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
+    let w1 = key(midnight(-2) + chrono::Duration::minutes(30));
+    let w2 = key(midnight(-1) + chrono::Duration::minutes(30));
     app.put(
         "/v1/tasks/a",
         json!({"agent_id": "up", "trigger": {"type": "manual"}}),
@@ -354,17 +371,14 @@ async fn a_dependency_fires_once_per_upstream_window(pool: PgPool) {
         json!({"agent_id": "down", "trigger": {"type": "after", "task": "a", "on": "success"}}),
     )
     .await;
-    app.post(
-        "/v1/tasks/a/trigger",
-        json!({"window_key": "2026-11-29T00:30:00Z"}),
-    )
-    .await;
+    app.post("/v1/tasks/a/trigger", json!({"window_key": w1}))
+        .await;
     let up = claim(&app, "up", 1).await.remove(0);
     assert_eq!(complete(&app, &up, json!({"rows": 42})).await, 200);
 
     let b_rows = windows(&pool, "b").await;
     assert_eq!(b_rows.len(), 1);
-    assert_eq!(b_rows[0].0, "2026-11-29T00:30:00Z");
+    assert_eq!(b_rows[0].0, w1);
     assert_eq!(b_rows[0].2, "dependency");
     let down = claim(&app, "down", 1).await.remove(0);
     assert_eq!(down["upstream_instance_id"], up["id"]);
@@ -385,19 +399,13 @@ async fn a_dependency_fires_once_per_upstream_window(pool: PgPool) {
         "SUCCESS is terminal; a re-run is a new trigger with the same key"
     );
     let (status, _) = json(
-        app.post(
-            "/v1/tasks/a/trigger",
-            json!({"window_key": "2026-11-29T00:30:00Z"}),
-        )
-        .await,
+        app.post("/v1/tasks/a/trigger", json!({"window_key": w1}))
+            .await,
     )
     .await;
     assert_eq!(status, 200, "same window: the existing instance");
-    app.post(
-        "/v1/tasks/a/trigger",
-        json!({"window_key": "2026-11-30T00:30:00Z"}),
-    )
-    .await;
+    app.post("/v1/tasks/a/trigger", json!({"window_key": w2}))
+        .await;
     let second = claim(&app, "up", 1).await.remove(0);
     let failed = fail(&app, &second).await;
     assert_eq!(failed["status"], "FAILED");
@@ -549,4 +557,291 @@ async fn a_manual_resume_after_the_breaker_starts_counting_afresh(pool: PgPool) 
     assert_eq!(status, 200);
     assert_eq!(task["consecutive_failures"], 0);
     assert_eq!(claim(&app, "fa", 1).await.len(), 1);
+}
+
+#[sqlx::test]
+async fn backfills_and_manual_windows_older_than_retention_are_refused(pool: PgPool) {
+    let mut opts = kairos::app::Options::api_only("n1");
+    opts.retention_days = 2;
+    let app = TestApp::spawn_opts(pool.clone(), opts).await;
+    app.put(
+        "/v1/tasks/h",
+        json!({"agent_id": "ra", "trigger": {"type": "cron", "expr": "0 * * * *"}, "execution": {"overlap": "queue"}}),
+    )
+    .await;
+    let old = midnight(-3);
+    let refused = [
+        (
+            "/v1/tasks/h/backfill",
+            json!({"from": key(old), "to": key(midnight(-1))}),
+            "from",
+        ),
+        (
+            "/v1/tasks/h/backfill",
+            json!({"from": key(old), "to": key(old + chrono::Duration::hours(2)), "dry_run": true}),
+            "from",
+        ),
+        (
+            "/v1/tasks/h/trigger",
+            json!({"window_key": key(old)}),
+            "window_key",
+        ),
+        ("/v1/tasks/h/trigger", json!({"run_at": key(old)}), "run_at"),
+    ];
+    for (path, body, field) in refused {
+        let (status, problem) = json(app.post(path, body.clone()).await).await;
+        assert_eq!(status, 422, "{body}: {problem}");
+        assert_eq!(problem["errors"][0]["field"], field, "{problem}");
+        assert!(
+            problem["errors"][0]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("retention_days (2 days")),
+            "{problem}"
+        );
+    }
+    assert!(windows(&pool, "h").await.is_empty(), "nothing written");
+
+    // Inside retention both work; a caller's key that is not an instant is not a window time.
+    let (status, report) = json(
+        app.post(
+            "/v1/tasks/h/backfill",
+            json!({"from": key(midnight(-1)), "to": key(midnight(-1) + chrono::Duration::hours(2))}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["created"], 2);
+    for body in [
+        json!({"window_key": key(midnight(-1) + chrono::Duration::minutes(30))}),
+        json!({"window_key": "report-of-last-year"}),
+    ] {
+        let (status, inst) = json(app.post("/v1/tasks/h/trigger", body).await).await;
+        assert_eq!(status, 201, "{inst}");
+    }
+    assert_eq!(windows(&pool, "h").await.len(), 4);
+}
+
+#[sqlx::test]
+async fn a_backfill_may_choose_its_own_overlap_policy(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    // The task's policy is the default `skip` with a limit of 1.
+    app.put(
+        "/v1/tasks/h",
+        json!({"agent_id": "oa", "trigger": {"type": "cron", "expr": "0 * * * *"}}),
+    )
+    .await;
+    let from = midnight(-1);
+    let range = |hours: i64, extra: Value| {
+        let mut body = json!({"from": key(from + chrono::Duration::hours(hours - 3)), "to": key(from + chrono::Duration::hours(hours))});
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
+        body
+    };
+    for (field, extra) in [
+        ("overlap", json!({"overlap": "sometimes"})),
+        ("overlap", json!({"overlap": 1})),
+        ("reprocess", json!({"reprocess": "all"})),
+    ] {
+        let (status, problem) = json(app.post("/v1/tasks/h/backfill", range(3, extra)).await).await;
+        assert_eq!(status, 422, "{problem}");
+        assert_eq!(problem["errors"][0]["field"], field);
+    }
+
+    let (status, report) = json(
+        app.post(
+            "/v1/tasks/h/backfill",
+            range(3, json!({"overlap": "queue"})),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["created"], 3);
+    assert_eq!(
+        report["skipped"], 0,
+        "queue for this backfill: every window runs"
+    );
+    assert_eq!(report["reprocessed"], 0);
+    // Without the override the task's own `skip` applies: the next range is all blocked.
+    let (_, report) = json(app.post("/v1/tasks/h/backfill", range(6, json!({}))).await).await;
+    assert_eq!(report["created"], 3);
+    assert_eq!(report["skipped"], 3, "{report}");
+    let rows = windows(&pool, "h").await;
+    let statuses: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+    assert_eq!(
+        statuses,
+        [
+            "PENDING", "PENDING", "PENDING", "SKIPPED", "SKIPPED", "SKIPPED"
+        ]
+    );
+    let (_, task) = json(app.get("/v1/tasks/h").await).await;
+    assert_eq!(
+        task["execution"]["overlap"], "skip",
+        "the task is unchanged"
+    );
+}
+
+#[sqlx::test]
+async fn a_backfill_with_reprocess_failed_retries_only_windows_that_did_not_succeed(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put(
+        "/v1/tasks/h",
+        json!({"agent_id": "rp", "trigger": {"type": "cron", "expr": "0 * * * *"},
+               "execution": {"overlap": "queue", "concurrency_limit": 5, "max_retries": 1}}),
+    )
+    .await;
+    let from = midnight(-1);
+    let range = json!({"from": key(from), "to": key(from + chrono::Duration::hours(5))});
+    let (_, report) = json(app.post("/v1/tasks/h/backfill", range.clone()).await).await;
+    assert_eq!(report["created"], 5);
+    // Oldest first: hour 0 succeeds, 1 is DEAD, 2 FAILED, 3 CANCELLED, 4 stays RUNNING.
+    let got = claim(&app, "rp", 5).await;
+    assert_eq!(got.len(), 5);
+    let id = |i: usize| got[i]["id"].as_str().unwrap_or("").to_owned();
+    assert_eq!(complete(&app, &got[0], json!({"ok": true})).await, 200);
+    for (i, retryable) in [(1, false), (2, true)] {
+        let (status, body) = json(
+            app.post(
+                &format!("/v1/instances/{}/fail", id(i)),
+                json!({"lease_token": got[i]["lease_token"], "error": "boom", "retryable": retryable}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, _) = json(
+        app.post(&format!("/v1/instances/{}/cancel", id(3)), json!({}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let before: Vec<String> = windows(&pool, "h").await.into_iter().map(|r| r.1).collect();
+    assert_eq!(
+        before,
+        ["SUCCESS", "DEAD", "FAILED", "CANCELLED", "RUNNING"]
+    );
+
+    let mut dry = range.clone();
+    dry["reprocess"] = json!("failed");
+    dry["dry_run"] = json!(true);
+    let (status, plan) = json(app.post("/v1/tasks/h/backfill", dry).await).await;
+    assert_eq!(status, 200, "{plan}");
+    assert_eq!(plan["reprocessed"], 3);
+    let outcomes: Vec<&str> = plan["windows"]
+        .as_array()
+        .map(|w| w.iter().filter_map(|w| w["outcome"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        outcomes,
+        [
+            "exists",
+            "would_reprocess",
+            "would_reprocess",
+            "would_reprocess",
+            "exists"
+        ]
+    );
+    let unchanged: Vec<String> = windows(&pool, "h").await.into_iter().map(|r| r.1).collect();
+    assert_eq!(unchanged, before, "a dry run writes nothing");
+
+    let mut body = range.clone();
+    body["reprocess"] = json!("failed");
+    let (status, report) = json(app.post("/v1/tasks/h/backfill", body.clone()).await).await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["created"], 0);
+    assert_eq!(report["existing"], 5);
+    assert_eq!(report["reprocessed"], 3);
+    let after: Vec<String> = windows(&pool, "h").await.into_iter().map(|r| r.1).collect();
+    assert_eq!(
+        after,
+        ["SUCCESS", "PENDING", "PENDING", "PENDING", "RUNNING"]
+    );
+
+    // Each retry is an operator retry: one more attempt, an event by the backfill.
+    for (i, from_status) in [(1, "DEAD"), (2, "FAILED"), (3, "CANCELLED")] {
+        let (_, detail) = json(app.get(&format!("/v1/instances/{}", id(i))).await).await;
+        assert_eq!(detail["max_attempts"], 3, "{detail}");
+        let last = detail["events"]
+            .as_array()
+            .and_then(|e| e.last())
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(last["from"], from_status, "{detail}");
+        assert_eq!(last["to"], "PENDING");
+        assert_eq!(last["actor"], "backfill");
+    }
+    let again = claim(&app, "rp", 5).await;
+    assert_eq!(
+        again.len(),
+        3,
+        "the reprocessed windows are claimable at once"
+    );
+
+    // Running it again reprocesses nothing: nothing is DEAD, FAILED or CANCELLED now.
+    let (_, report) = json(app.post("/v1/tasks/h/backfill", body).await).await;
+    assert_eq!(report["reprocessed"], 0);
+}
+
+#[sqlx::test]
+async fn an_unreadable_retry_backoff_keeps_a_failed_attempt_failed_with_the_default_delay(
+    pool: PgPool,
+) {
+    use kairos::services::timeout_reaper::{TimeoutReaper, TimeoutReaperConfig};
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put(
+        "/v1/tasks/ub",
+        json!({"agent_id": "ub", "trigger": {"type": "manual"}, "execution": {"concurrency_limit": 2}}),
+    )
+    .await;
+    for k in ["a", "b"] {
+        app.post("/v1/tasks/ub/trigger", json!({"window_key": k}))
+            .await;
+    }
+    let got = claim(&app, "ub", 2).await;
+    assert_eq!(got.len(), 2);
+    // The stored definition's backoff becomes unreadable (another version, a hand edit).
+    sqlx::query(
+        "update tasks set spec = jsonb_set(spec, '{execution,retry_backoff}', '\"soon\"') \
+         where id = 'ub'",
+    )
+    .execute(&pool)
+    .await
+    .expect("spoil the backoff");
+
+    // An agent's fail: FAILED, retried after the default backoff (10 s ± 20%), not DEAD.
+    let failed = fail(&app, &got[0]).await;
+    assert_eq!(failed["status"], "FAILED", "{failed}");
+    let delay: f64 = sqlx::query_scalar(
+        "select extract(epoch from available_at - updated_at)::float8 from task_instance \
+         where id = $1::text::uuid",
+    )
+    .bind(got[0]["id"].as_str().unwrap_or(""))
+    .fetch_one(&pool)
+    .await
+    .expect("delay");
+    assert!((7.9..=12.1).contains(&delay), "{delay}");
+
+    // The reaper's path decides the same way.
+    sqlx::query("update task_instance set lease_expires_at = now() - interval '1 second' where id = $1::text::uuid")
+        .bind(got[1]["id"].as_str().unwrap_or(""))
+        .execute(&pool)
+        .await
+        .expect("expire the lease");
+    let reaper = TimeoutReaper::new(
+        pool.clone(),
+        TimeoutReaperConfig::new("n1"),
+        Heartbeats::default(),
+    );
+    let report = reaper.run_once().await.expect("reap");
+    assert_eq!(report.num_reaped, 1);
+    assert_eq!(report.num_dead, 0);
+    let statuses: Vec<String> = windows(&pool, "ub")
+        .await
+        .into_iter()
+        .map(|r| r.1)
+        .collect();
+    assert_eq!(statuses, ["FAILED", "FAILED"]);
 }

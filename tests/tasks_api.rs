@@ -305,3 +305,55 @@ async fn cron_preview_follows_new_york_dst_rules(pool: PgPool) {
     assert_eq!(status, 422);
     assert_eq!(problem["errors"][0]["field"], "expr");
 }
+
+#[sqlx::test]
+async fn expressions_that_never_fire_and_reboot_are_refused_and_midnight_is_daily(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    for expr in ["0 0 30 2 *", "0 0 0 31 4 *", "@reboot"] {
+        let (status, problem) = json(app.put("/v1/tasks/never", cron_task("a", expr)).await).await;
+        assert_eq!(status, 422, "{expr}: {problem}");
+        assert_eq!(problem["errors"][0]["field"], "trigger.expr", "{problem}");
+        let message = problem["errors"][0]["message"].as_str().unwrap_or("");
+        let why = if expr == "@reboot" {
+            "no boot event"
+        } else {
+            "no fire time within 5 years"
+        };
+        assert!(message.contains(why), "{expr}: {message}");
+
+        let url = format!("/v1/cron/preview?expr={}", expr.replace(' ', "%20"));
+        let (status, problem) = json(app.get(&url).await).await;
+        assert_eq!(status, 422, "{expr}: {problem}");
+        assert_eq!(problem["errors"][0]["field"], "expr", "{problem}");
+    }
+    let (count,): (i64,) = sqlx::query_as("select count(*) from tasks")
+        .fetch_one(&pool)
+        .await
+        .expect("count tasks");
+    assert_eq!(count, 0, "nothing half-written");
+
+    // Replacing a working task's trigger with one that never fires is refused too, and the
+    // stored task keeps its schedule.
+    let (status, _) = json(app.put("/v1/tasks/t", cron_task("a", "@midnight")).await).await;
+    assert_eq!(status, 201);
+    let (status, _) = json(app.put("/v1/tasks/t", cron_task("a", "0 0 30 2 *")).await).await;
+    assert_eq!(status, 422);
+    let (_, task) = json(app.get("/v1/tasks/t").await).await;
+    assert_eq!(task["trigger"]["expr"], "@midnight");
+    assert!(
+        task["next_fire_at"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("T00:00:00Z")),
+        "{task}"
+    );
+    let (status, body) = json(
+        app.get("/v1/cron/preview?expr=@midnight&count=2&from=2026-11-29T08:00:00Z")
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["fire_times"],
+        json!(["2026-11-30T00:00:00Z", "2026-12-01T00:00:00Z"])
+    );
+}

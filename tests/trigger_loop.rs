@@ -396,3 +396,41 @@ async fn only_changes_due_soon_wake_the_trigger_loops(pool: PgPool) {
         .expect("recv");
     assert_eq!(first.payload(), "soon", "far-off changes sent nothing");
 }
+
+#[sqlx::test]
+async fn on_time_windows_inside_a_long_grace_are_materialised_in_bounded_passes(pool: PgPool) {
+    use kairos::domain::policy::MAX_ON_TIME_ROWS;
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put("/v1/tasks/t1", json!({"agent_id": "a", "trigger": {"type": "interval", "every_seconds": 1}, "execution": {"overlap": "queue", "misfire_grace_seconds": 86400}}))
+        .await;
+    // 2,500 windows due, every one inside the grace (on time, not missed).
+    sqlx::query(
+        "update tasks set next_fire_at = date_trunc('second', now()) - interval '2500 seconds'",
+    )
+    .execute(&pool)
+    .await
+    .expect("rewind");
+    let lp = TriggerLoop::new(pool.clone(), loop_config("n1"), Heartbeats::default());
+    let first = lp.run_once().await.expect("first pass");
+    assert_eq!(first.num_created, MAX_ON_TIME_ROWS, "one pass is bounded");
+    assert_eq!(first.num_skipped, 0);
+    let still_due: bool = sqlx::query_scalar("select next_fire_at <= now() from tasks")
+        .fetch_one(&pool)
+        .await
+        .expect("next_fire_at");
+    assert!(still_due, "the rest stays due for the next pass");
+
+    // Further passes pick up where the last one stopped, with no gap and no repeat.
+    let mut total = first.num_created;
+    for _ in 0..5 {
+        let r = lp.run_once().await.expect("pass");
+        assert!(r.num_created <= MAX_ON_TIME_ROWS);
+        total += r.num_created;
+    }
+    let rows = windows(&pool, "t1").await;
+    assert_eq!(rows.len(), total);
+    assert!(rows.len() > 2500, "{}", rows.len());
+    assert!(rows.iter().all(|r| r.1 == "PENDING" && r.2 == "schedule"));
+    let keys: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
+    assert_every_second_once(&keys);
+}

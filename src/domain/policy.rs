@@ -12,6 +12,11 @@ use super::task::{Catchup, Execution, Overlap};
 
 /// At most this many rows are written for one catch-up (CONTRACT §4); the rest are counted.
 pub const MAX_CATCHUP_ROWS: usize = 1000;
+/// At most this many on-time windows (inside the misfire grace) are planned in one pass for one
+/// task. The rest stay due: `next_fire_at` stops at the first of them, and the trigger loop runs
+/// its next pass at once, so a second-by-second schedule with a day of grace is materialised in
+/// bounded slices instead of one unbounded transaction.
+pub const MAX_ON_TIME_ROWS: usize = 1000;
 /// At most this many due windows are enumerated in one pass for one task. Past it the schedule
 /// jumps to the present and the remainder is reported as "at least" that many.
 pub const MAX_ENUMERATED_WINDOWS: usize = 100_000;
@@ -112,7 +117,7 @@ pub fn plan_due_windows(
                 _ => schedule.next_at_or_after(grace_floor),
             };
             while let Some(w) = cursor {
-                if w > now {
+                if w > now || on_time.len() >= MAX_ON_TIME_ROWS {
                     break;
                 }
                 on_time.push(w);
@@ -129,11 +134,16 @@ pub fn plan_due_windows(
                 plan.not_recorded += 1;
             }
         } else {
+            if on_time.len() >= MAX_ON_TIME_ROWS {
+                // `w` is due but left, with everything after it, for the next pass.
+                break;
+            }
             on_time.push(w);
         }
         cursor = schedule.next_after(w);
     }
-    // The loop stops at the first window after `now`, or when the schedule has ended.
+    // The loop stops at the first window after `now`, at the first on-time window beyond
+    // MAX_ON_TIME_ROWS, or when the schedule has ended.
     plan.next_fire_at = cursor;
 
     // 2. Catch-up policy decides which missed windows run.
@@ -492,6 +502,45 @@ mod tests {
         assert!(plan.truncated);
         assert_eq!(plan.next_fire_at, Some(t("2026-11-29T09:00:01Z")));
         assert!(plan.windows.len() <= MAX_CATCHUP_ROWS + 1);
+    }
+
+    #[test]
+    fn on_time_windows_are_bounded_per_pass_and_the_rest_stay_due() {
+        // One window a second and a day of grace: 86,400 windows are on time.
+        let now = t("2026-11-30T00:00:00.500Z");
+        let e = exec(Overlap::Queue, Catchup::Skip, 1, 86_400);
+        let plan = plan_due_windows(
+            &every_second(),
+            &e,
+            t("2026-11-29T00:00:01Z"),
+            now,
+            &[],
+            &HashSet::new(),
+        );
+        assert_eq!(plan.windows.len(), MAX_ON_TIME_ROWS);
+        assert!(plan.windows.iter().all(|w| w.skip.is_none()));
+        assert_eq!(plan.not_recorded, 0);
+        let next = t("2026-11-29T00:00:01Z") + Duration::seconds(MAX_ON_TIME_ROWS as i64);
+        assert_eq!(plan.next_fire_at, Some(next), "the next pass starts there");
+        assert_eq!(
+            plan.windows.last().map(|w| w.scheduled_at),
+            Some(next - Duration::seconds(1))
+        );
+
+        // After a very long outage the jump to the grace is bounded the same way.
+        let plan = plan_due_windows(
+            &every_second(),
+            &e,
+            t("2026-01-01T00:00:00Z"),
+            now,
+            &[],
+            &HashSet::new(),
+        );
+        assert!(plan.truncated);
+        let on_time = plan.windows.iter().filter(|w| w.skip.is_none()).count();
+        assert_eq!(on_time, MAX_ON_TIME_ROWS);
+        assert!(plan.windows.len() <= MAX_CATCHUP_ROWS + MAX_ON_TIME_ROWS);
+        assert!(plan.next_fire_at.is_some_and(|n| n <= now));
     }
 
     #[test]

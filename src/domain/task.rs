@@ -139,6 +139,24 @@ impl TriggerSpec {
         })
     }
 
+    /// The first window of this trigger when it is registered at `now`: strictly after `now`,
+    /// except that a `once` task keeps its instant even when it has passed (the trigger loop then
+    /// applies the misfire grace). A cron expression with no fire time within the search horizon
+    /// after `now` in its zone is refused on `trigger.expr`: it would silently never run.
+    pub fn first_window(&self, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>, FieldError> {
+        let field = |e: super::schedule::ScheduleError| {
+            FieldError::new(format!("trigger.{}", e.field), e.message)
+        };
+        match self {
+            TriggerSpec::Once { at } => Ok(Some(*at)),
+            TriggerSpec::Cron { expr, timezone } => CronSchedule::parse(expr, timezone)
+                .and_then(|c| c.first_fire_after(now))
+                .map(Some)
+                .map_err(field),
+            other => Ok(other.schedule()?.next_after(now)),
+        }
+    }
+
     pub fn type_name(&self) -> &'static str {
         match self {
             TriggerSpec::Cron { .. } => "cron",
@@ -164,6 +182,23 @@ pub enum Overlap {
     Skip,
     Queue,
     Replace,
+}
+
+impl Overlap {
+    /// The policy names of the API, each with its value.
+    pub const NAMES: [(&'static str, Overlap); 3] = [
+        ("skip", Overlap::Skip),
+        ("queue", Overlap::Queue),
+        ("replace", Overlap::Replace),
+    ];
+
+    /// The policy named `name` in the API.
+    pub fn parse(name: &str) -> Option<Overlap> {
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, o)| *o)
+    }
 }
 
 /// What happens to windows missed while no replica was running (CONTRACT §4).
@@ -724,17 +759,7 @@ fn parse_execution(value: Option<&Value>, errs: &mut Errors) -> Execution {
         1,
         1000,
     ) as i32;
-    let overlap = errs.enum_value(
-        e,
-        p,
-        "overlap",
-        d.overlap,
-        &[
-            ("skip", Overlap::Skip),
-            ("queue", Overlap::Queue),
-            ("replace", Overlap::Replace),
-        ],
-    );
+    let overlap = errs.enum_value(e, p, "overlap", d.overlap, &Overlap::NAMES);
     let catchup = errs.enum_value(
         e,
         p,

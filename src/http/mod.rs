@@ -77,6 +77,9 @@ pub struct AppState {
     /// How long a request may take (`http_request_timeout_seconds`); long polls get their
     /// wait on top.
     pub request_timeout: std::time::Duration,
+    /// `retention_days`: windows older than this may have been pruned, so backfills and manual
+    /// windows that old are refused (their uniqueness could no longer be guaranteed).
+    pub retention_days: i64,
 }
 
 /// A router that remembers which (method, path) pairs it serves.

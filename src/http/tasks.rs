@@ -6,11 +6,13 @@ use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
+use chrono::{DateTime, Utc};
 
 use super::extract::{body_object, int_field, string_field};
 use super::instances::instance_json;
+use crate::domain::task::Overlap;
 use crate::domain::task::{MAX_CONTEXT_BYTES, parse_timestamp};
-use crate::store::instances::{self as store_instances, ManualTrigger};
+use crate::store::instances::{self as store_instances, Backfill, ManualTrigger, Reprocess};
 use serde_json::{Value, json};
 
 use super::error::ApiError;
@@ -351,8 +353,12 @@ async fn preview_cron(
         Some(f) => f,
         None => store::now(&state.pool).await?,
     };
-    let mut out = Vec::new();
-    let mut cursor = from;
+    // An expression that never fires is refused here as at registration.
+    let first = schedule
+        .first_fire_after(from)
+        .map_err(|e| ApiError::invalid(e.field, e.message))?;
+    let mut out = vec![format_instant(first)];
+    let mut cursor = first;
     while (out.len() as i64) < count {
         match schedule.next_after(cursor) {
             Some(t) => {
@@ -367,6 +373,38 @@ async fn preview_cron(
         "timezone": timezone,
         "fire_times": out,
     })))
+}
+
+/// The oldest window instant still protected by its row: `retention_days` before the database
+/// clock. Older terminal rows may have been pruned.
+async fn retention_cutoff(state: &AppState) -> Result<DateTime<Utc>, ApiError> {
+    let now = store::now(&state.pool).await?;
+    Ok(now - chrono::Duration::days(state.retention_days))
+}
+
+/// Refuse a window instant older than `cutoff`: the pruner may have deleted the row that made
+/// that window unique, so it could be created, and run, a second time.
+fn check_retention(
+    state: &AppState,
+    task_id: &str,
+    field: &str,
+    at: DateTime<Utc>,
+    cutoff: DateTime<Utc>,
+) -> Result<(), ApiError> {
+    if at >= cutoff {
+        return Ok(());
+    }
+    let at = format_instant(at);
+    tracing::info!(task_id = %task_id, window_key = %at, field, reason = "older than retention_days", "window refused");
+    Err(ApiError::invalid(
+        field,
+        format!(
+            "{at} is older than retention_days ({} days, before {}): instances that old may \
+             have been pruned, so the window's uniqueness can no longer be guaranteed",
+            state.retention_days,
+            format_instant(cutoff)
+        ),
+    ))
 }
 
 async fn trigger_task(
@@ -423,6 +461,17 @@ async fn trigger_task(
         }
         Some(_) => return Err(ApiError::invalid("context", "must be a JSON object")),
     };
+    // A window key that is an instant names a schedule window; it and `run_at` (the scheduled
+    // time) must be within retention, like a backfill.
+    let key_instant = window_key.as_deref().and_then(parse_timestamp);
+    if key_instant.is_some() || run_at.is_some() {
+        let cutoff = retention_cutoff(&state).await?;
+        for (field, at) in [("window_key", key_instant), ("run_at", run_at)] {
+            if let Some(at) = at {
+                check_retention(&state, &id, field, at, cutoff)?;
+            }
+        }
+    }
     let trigger = ManualTrigger {
         window_key,
         run_at,
@@ -450,8 +499,8 @@ async fn backfill_task(
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
-    let m = body_object(body, &["from", "to", "dry_run"])?;
-    let stamp = |key: &str| -> Result<chrono::DateTime<chrono::Utc>, ApiError> {
+    let m = body_object(body, &["from", "to", "dry_run", "overlap", "reprocess"])?;
+    let stamp = |key: &str| -> Result<DateTime<Utc>, ApiError> {
         match m.get(key) {
             Some(Value::String(s)) => parse_timestamp(s).ok_or_else(|| {
                 ApiError::invalid(
@@ -471,29 +520,49 @@ async fn backfill_task(
     if to <= from {
         return Err(ApiError::invalid("to", "must be after from"));
     }
+    check_retention(&state, &id, "from", from, retention_cutoff(&state).await?)?;
     let dry_run = match m.get("dry_run") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(ApiError::invalid("dry_run", "must be a boolean")),
     };
-    let report = store_instances::backfill(
-        &state.pool,
-        &id,
+    let overlap = match m.get("overlap") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.as_str().and_then(Overlap::parse).ok_or_else(|| {
+            let names: Vec<&str> = Overlap::NAMES.iter().map(|(n, _)| *n).collect();
+            ApiError::invalid("overlap", format!("must be one of {}", names.join(", ")))
+        })?),
+    };
+    let reprocess = match m.get("reprocess") {
+        None | Some(Value::Null) => Reprocess::None,
+        Some(Value::String(s)) if s == "none" => Reprocess::None,
+        Some(Value::String(s)) if s == "failed" => Reprocess::Failed,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "reprocess",
+                "must be one of none, failed",
+            ));
+        }
+    };
+    let req = Backfill {
         from,
         to,
         dry_run,
-        MAX_BACKFILL_WINDOWS,
-        "backfill",
-    )
-    .await
-    .map_err(|e| not_found_task(e, &id))?;
-    tracing::info!(task_id = %id, from = %format_instant(from), to = %format_instant(to), dry_run, created = report.created, existing = report.existing, skipped = report.skipped, cancelled = report.cancelled, "backfill");
+        max_windows: MAX_BACKFILL_WINDOWS,
+        overlap,
+        reprocess,
+    };
+    let report = store_instances::backfill(&state.pool, &id, &req, "backfill")
+        .await
+        .map_err(|e| not_found_task(e, &id))?;
+    tracing::info!(task_id = %id, from = %format_instant(from), to = %format_instant(to), dry_run, overlap = ?overlap, reprocess = ?reprocess, created = report.created, existing = report.existing, skipped = report.skipped, cancelled = report.cancelled, reprocessed = report.reprocessed, "backfill");
     let mut out = json!({
         "dry_run": dry_run,
         "created": report.created,
         "existing": report.existing,
         "skipped": report.skipped,
         "cancelled": report.cancelled,
+        "reprocessed": report.reprocessed,
     });
     if dry_run {
         out["windows"] = report

@@ -7,6 +7,7 @@
 //! sleeps until the earliest `next_fire_at` (database clock), woken early by NOTIFY on task
 //! changes; it never polls every task.
 
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -16,13 +17,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Heartbeats, error_backoff, error_chain};
 use crate::domain::instance::InstanceStatus;
-use crate::domain::policy::{SkipReason, plan_due_windows};
+use crate::domain::policy::{Plan, SkipReason, plan_due_windows};
 use crate::domain::schedule::window_key;
+use crate::domain::task::FieldError;
 use crate::store::instances::{
     NewInstance, cancel_windows, existing_windows, insert_windows, notify_work, unfinished_windows,
 };
 use crate::store::tasks::{
-    CursorMove, WAKE_HORIZON, advance_tasks, earliest_fire_at, lock_due_tasks, quarantine_task,
+    CursorMove, DueTask, WAKE_HORIZON, advance_tasks, earliest_fire_at, lock_due_tasks,
+    quarantine_task,
 };
 use crate::store::{self, TASKS_CHANNEL, map_db_error, outbox};
 
@@ -142,31 +145,21 @@ impl TriggerLoop {
             .map(|t| (t.spec.id.as_str(), window_key(t.next_fire_at)))
             .collect();
         let existing = existing_windows(&mut tx, &from).await?;
-        let no_rows = std::collections::HashSet::new();
+        let (due, plans) = plan_batch(due, unfinished, existing, now).await?;
 
         let mut rows: Vec<NewInstance> = Vec::new();
         let mut moves = Vec::with_capacity(due.len());
         let mut not_recorded: Vec<(String, u64)> = Vec::new();
-        for task in &due {
+        for (task, plan) in due.iter().zip(plans) {
             let id = task.spec.id.as_str();
-            let schedule = match task.spec.trigger.schedule() {
-                Ok(s) => s,
+            let plan = match plan {
+                Ok(p) => p,
                 Err(e) => {
                     tracing::error!(task_id = %id, reason = %e, "stored trigger no longer valid; pausing task");
                     quarantine_task(&mut tx, id, &format!("trigger no longer valid: {e}")).await?;
                     continue;
                 }
             };
-            let empty = Vec::new();
-            let live = unfinished.get(id).unwrap_or(&empty);
-            let plan = plan_due_windows(
-                &schedule,
-                &task.spec.execution,
-                task.next_fire_at,
-                now,
-                live,
-                existing.get(id).unwrap_or(&no_rows),
-            );
             for key in &plan.existing {
                 report.num_conflicts += 1;
                 tracing::info!(task_id = %id, window_key = %key, reason = "window already exists", "window insert conflict");
@@ -381,6 +374,42 @@ impl TriggerLoop {
         }
         tracing::info!("trigger loop stopped");
     }
+}
+
+/// The plan of each due task, in order (or why its stored trigger is unusable).
+///
+/// Enumerating windows is CPU work: up to `MAX_ENUMERATED_WINDOWS` cron evaluations for one
+/// task after a long outage, for every task of the batch. It runs on the blocking pool so it
+/// never holds an async worker (where it would stall HTTP requests and the other loops); one
+/// hand-off per batch of up to `trigger_batch_size` tasks costs microseconds beside the batch's
+/// database round trips.
+async fn plan_batch(
+    due: Vec<DueTask>,
+    unfinished: HashMap<String, Vec<String>>,
+    existing: HashMap<String, HashSet<String>>,
+    now: DateTime<Utc>,
+) -> store::Result<(Vec<DueTask>, Vec<Result<Plan, FieldError>>)> {
+    tokio::task::spawn_blocking(move || {
+        let no_rows = HashSet::new();
+        let plans = due
+            .iter()
+            .map(|task| {
+                let id = task.spec.id.as_str();
+                let schedule = task.spec.trigger.schedule()?;
+                Ok(plan_due_windows(
+                    &schedule,
+                    &task.spec.execution,
+                    task.next_fire_at,
+                    now,
+                    unfinished.get(id).map(Vec::as_slice).unwrap_or_default(),
+                    existing.get(id).unwrap_or(&no_rows),
+                ))
+            })
+            .collect();
+        (due, plans)
+    })
+    .await
+    .map_err(|e| store::Error::Corrupt(format!("trigger planning task failed: {e}")))
 }
 
 /// Wait for a task-change notification; pending forever without a listener.

@@ -552,6 +552,18 @@ struct CompletedRow {
     notifies: bool,
 }
 
+/// Lock order for task rows. Completions, failures and reaps of one batch touch several tasks'
+/// counters; two batches (or a batch and the reaper) over overlapping tasks that lock them in
+/// different orders can deadlock (SQLSTATE 40P01). Each statement that updates task rows
+/// therefore locks them first with this sub-select, in id order. `NO KEY UPDATE` is the lock the
+/// update itself takes, so this adds no new conflict, only an order.
+const TASKS_OF_UPD_IN_ID_ORDER: &str =
+    "select id from tasks where id in (select task_id from upd) order by id for no key update";
+
+/// [`TASKS_OF_UPD_IN_ID_ORDER`] restricted to tasks whose failure count a success must reset.
+const TASKS_TO_RESET: &str = "select id from tasks where id in (select task_id from upd) \
+     and consecutive_failures <> 0 order by id for no key update";
+
 /// The completions in the caller's transaction: each a compare-and-swap on (id, RUNNING,
 /// lease token). In the same statement: the success (on the row, `finished_by`), the tasks'
 /// failure counts reset, and the wake-ups of [`AT_LIMIT_WITH_QUEUE_SQL`] (its snapshot is from
@@ -579,7 +591,7 @@ pub(super) async fn complete_in(
              returning i.* \
          ), tk as ( \
              update tasks set consecutive_failures = 0 \
-             where id in (select task_id from upd) and consecutive_failures <> 0 \
+             where id in ({TASKS_TO_RESET}) \
          ), info as ( \
              select bool_or(exists ( \
                         select 1 from tasks d where d.upstream_task_id = t.id)) as has_dependents, \
@@ -749,8 +761,10 @@ pub struct RunningAttempt {
     pub lease_token: Uuid,
     /// The worker holding the lease.
     pub worker_id: Option<String>,
-    /// The task's `execution.retry_backoff`, or null when the task was deleted.
+    /// The task's `execution.retry_backoff` as stored; null when the task was deleted.
     pub retry_backoff: Option<Json<Value>>,
+    /// False when the task was deleted: nobody is left to retry for.
+    pub task_exists: bool,
     /// `lease_expired` or `timeout` for reaped rows; null otherwise.
     pub expiry: Option<String>,
 }
@@ -758,7 +772,7 @@ pub struct RunningAttempt {
 /// The [`RunningAttempt`] columns but `expiry`, for `task_instance i left join tasks t`.
 const RUNNING_ATTEMPT_COLUMNS: &str = "i.id, i.task_id, i.window_key, i.agent_id, i.attempt, \
      i.max_attempts, i.lease_token, i.worker_id, \
-     t.spec->'execution'->'retry_backoff' as retry_backoff";
+     t.spec->'execution'->'retry_backoff' as retry_backoff, t.id is not null as task_exists";
 
 /// Lock up to `limit` RUNNING instances whose lease expired or whose run passed its deadline,
 /// skipping rows another replica's reaper holds.
@@ -824,7 +838,7 @@ pub async fn record_failures(
          ), tk as ( \
              update tasks t set consecutive_failures = t.consecutive_failures + c.n \
              from (select task_id, count(*)::int as n from upd group by task_id) c \
-             where t.id = c.task_id \
+             where t.id = c.task_id and t.id in ({TASKS_OF_UPD_IN_ID_ORDER}) \
          ) \
          select {INSTANCE_COLUMNS} from upd"
     )))
@@ -904,6 +918,22 @@ pub async fn retry_due(conn: &mut PgConnection, limit: i64, actor: &str) -> Resu
         .collect())
 }
 
+/// The operator-retry write after a CTE `old (id, status)` of locked rows: PENDING with one
+/// more attempt allowed, claimable now, its event by actor `$3` with reason `$4`. Follow it
+/// with `select … from upd`.
+const OPERATOR_RETRY_SQL: &str = "upd as ( \
+         update task_instance i set status = 'PENDING', attempt = i.attempt + 1, \
+             max_attempts = i.max_attempts + 1, available_at = now(), finished_at = null, \
+             started_at = null, worker_id = null, lease_token = null, \
+             lease_expires_at = null, deadline_at = null, result = null, error = null, \
+             error_kind = null, skip_reason = null, updated_at = now() \
+         from old where i.id = old.id \
+         returning i.*, old.status as from_status \
+     ), ev as ( \
+         insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
+         select id, attempt, from_status, 'PENDING', $3, $4 from upd \
+     ) ";
+
 /// Operator retry: DEAD, FAILED, CANCELLED or SKIPPED → PENDING, one more attempt allowed,
 /// claimable now.
 pub async fn operator_retry(
@@ -917,18 +947,7 @@ pub async fn operator_retry(
     let row: Option<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "with old as ( \
              select id, status from task_instance where id = $1 and status = any($2) for update \
-         ), upd as ( \
-             update task_instance i set status = 'PENDING', attempt = i.attempt + 1, \
-                 max_attempts = i.max_attempts + 1, available_at = now(), finished_at = null, \
-                 started_at = null, worker_id = null, lease_token = null, \
-                 lease_expires_at = null, deadline_at = null, result = null, error = null, \
-                 error_kind = null, skip_reason = null, updated_at = now() \
-             from old where i.id = old.id \
-             returning i.*, old.status as from_status \
-         ), ev as ( \
-             insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
-             select id, attempt, from_status, 'PENDING', $3, $4 from upd \
-         ) \
+         ), {OPERATOR_RETRY_SQL} \
          select {INSTANCE_COLUMNS} from upd"
     )))
     .bind(id)
@@ -1000,16 +1019,12 @@ pub fn plan_failure(
     error_kind: &'static str,
     unit: f64,
 ) -> Failure {
-    let policy: Option<RetryBackoff> = a
-        .retry_backoff
-        .as_ref()
-        .and_then(|j| serde_json::from_value(j.0.clone()).ok());
     // A task that no longer exists has nobody to retry for.
-    let give_up = !retryable || a.attempt >= a.max_attempts || policy.is_none();
+    let give_up = !retryable || a.attempt >= a.max_attempts || !a.task_exists;
     let to = transition(Some(InstanceStatus::Running), Event::Fail { give_up })
         .unwrap_or(InstanceStatus::Dead);
-    let delay = match (&policy, to) {
-        (Some(p), InstanceStatus::Failed) => backoff(p, a.attempt, unit),
+    let delay = match to {
+        InstanceStatus::Failed => backoff(&retry_policy(a), a.attempt, unit),
         _ => std::time::Duration::ZERO,
     };
     Failure {
@@ -1020,6 +1035,31 @@ pub fn plan_failure(
         error: bound_error(error),
         error_kind,
     }
+}
+
+/// The backoff policy of a failing attempt's task. A stored `retry_backoff` that cannot be read
+/// (written by another version, or edited by hand) must not cost the instance its remaining
+/// attempts: it is logged and the default policy applies, so the instance stays FAILED with a
+/// sensible retry time.
+fn retry_policy(a: &RunningAttempt) -> RetryBackoff {
+    let read = match &a.retry_backoff {
+        Some(j) => serde_json::from_value::<RetryBackoff>(j.0.clone()).map_err(|e| e.to_string()),
+        None => Err("execution.retry_backoff is missing".to_owned()),
+    };
+    read.unwrap_or_else(|reason| {
+        let fallback = RetryBackoff::default();
+        tracing::warn!(
+            task_id = %a.task_id,
+            window_key = %a.window_key,
+            instance_id = %a.id,
+            attempt = a.attempt,
+            reason = %reason,
+            base_seconds = fallback.base_seconds,
+            max_seconds = fallback.max_seconds,
+            "stored retry_backoff unreadable; retrying with the default backoff"
+        );
+        fallback
+    })
 }
 
 /// One failed attempt reported by its lease holder.
@@ -1193,23 +1233,86 @@ pub struct BackfillReport {
     /// Of the created windows, those recorded SKIPPED by the overlap policy.
     pub skipped: usize,
     pub cancelled: usize,
+    /// Of the existing windows, those given an operator retry ([`Reprocess::Failed`]).
+    pub reprocessed: usize,
+}
+
+/// Operator retries of a task's windows `keys` that are in one of `from` (status names), in
+/// the caller's transaction, rows locked in id order. Returns the instances written.
+async fn retry_windows(
+    conn: &mut PgConnection,
+    task_id: &str,
+    keys: &[String],
+    from: &[&str],
+    actor: &str,
+    reason: &str,
+) -> Result<Vec<Instance>> {
+    let rows: Vec<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "with old as ( \
+             select id, status from task_instance \
+             where task_id = $1 and window_key = any($5) and status = any($2) \
+             order by id for update \
+         ), {OPERATOR_RETRY_SQL} \
+         select {INSTANCE_COLUMNS} from upd"
+    )))
+    .bind(task_id)
+    .bind(from)
+    .bind(actor)
+    .bind(reason)
+    .bind(keys)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    rows.into_iter().map(Instance::try_from).collect()
+}
+
+/// What existing windows of a backfill's range get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reprocess {
+    /// Existing windows are left alone, whatever their status.
+    #[default]
+    None,
+    /// DEAD, FAILED and CANCELLED windows get an operator retry (one more attempt); SUCCESS
+    /// never runs again, PENDING and RUNNING are left alone, SKIPPED stays a record.
+    Failed,
+}
+
+/// The statuses [`Reprocess::Failed`] retries: the operator-retry sources that mean "it did
+/// not succeed", without SKIPPED (a window that never ran by policy is not a failure).
+const REPROCESS_FAILED: [InstanceStatus; 3] = [
+    InstanceStatus::Dead,
+    InstanceStatus::Failed,
+    InstanceStatus::Cancelled,
+];
+
+/// A backfill of `[from, to)`.
+#[derive(Debug, Clone)]
+pub struct Backfill {
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub dry_run: bool,
+    /// Refused (`422` on `to`) past this many windows.
+    pub max_windows: usize,
+    /// The overlap policy of this backfill only; the task's when `None`.
+    pub overlap: Option<crate::domain::task::Overlap>,
+    pub reprocess: Reprocess,
 }
 
 /// Materialise the schedule's windows in `[from, to)` (`source = backfill`), idempotently and
-/// under the task's overlap policy. The task row is locked for the duration, so concurrent
-/// backfills and the trigger loop take turns and every window is inserted once.
+/// under the task's (or the request's) overlap policy; with [`Reprocess::Failed`], existing
+/// windows that did not succeed get an operator retry. The task row is locked for the
+/// duration, so concurrent backfills and the trigger loop take turns and every window is
+/// inserted once.
 pub async fn backfill(
     pool: &PgPool,
     task_id: &str,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-    dry_run: bool,
-    max_windows: usize,
+    req: &Backfill,
     actor: &str,
 ) -> Result<BackfillReport> {
     use crate::domain::policy::{SkipReason, apply_overlap};
     use crate::domain::schedule::{Schedule, window_key};
     use crate::domain::task::{FieldError, TaskSpec};
+    let (from, to, dry_run, max_windows) = (req.from, req.to, req.dry_run, req.max_windows);
 
     let mut tx = pool.begin().await.map_err(map_db_error)?;
     let spec: Option<Json<Value>> =
@@ -1249,15 +1352,25 @@ pub async fn backfill(
         cursor = schedule.next_after(w);
     }
     let keys: Vec<String> = windows.iter().map(|w| window_key(*w)).collect();
-    let existing: Vec<String> = sqlx::query_scalar(
-        "select window_key from task_instance where task_id = $1 and window_key = any($2)",
+    let existing: Vec<(String, String)> = sqlx::query_as(
+        "select window_key, status from task_instance where task_id = $1 and window_key = any($2)",
     )
     .bind(task_id)
     .bind(&keys)
     .fetch_all(&mut *tx)
     .await
     .map_err(map_db_error)?;
-    let existing: std::collections::HashSet<String> = existing.into_iter().collect();
+    let reprocess_from = match req.reprocess {
+        Reprocess::None => Vec::new(),
+        Reprocess::Failed => status_names(&REPROCESS_FAILED),
+    };
+    let to_reprocess: Vec<String> = existing
+        .iter()
+        .filter(|(_, status)| reprocess_from.contains(&status.as_str()))
+        .map(|(k, _)| k.clone())
+        .collect();
+    let existing: std::collections::HashSet<String> =
+        existing.into_iter().map(|(k, _)| k).collect();
     let unfinished = unfinished_windows(&mut tx, &[task_id])
         .await?
         .remove(task_id)
@@ -1267,7 +1380,11 @@ pub async fn backfill(
         .filter(|w| !existing.contains(&window_key(**w)))
         .map(|w| (*w, Source::Backfill, true))
         .collect();
-    let (planned, cancel) = apply_overlap(&spec.execution, candidates, &unfinished);
+    let mut execution = spec.execution.clone();
+    if let Some(overlap) = req.overlap {
+        execution.overlap = overlap;
+    }
+    let (planned, cancel) = apply_overlap(&execution, candidates, &unfinished);
 
     let mut report = BackfillReport {
         existing: existing.len(),
@@ -1284,6 +1401,9 @@ pub async fn backfill(
             Some(r) => format!("{prefix}skip: {}", r.as_text()),
         };
         outcome.insert(window_key(p.scheduled_at), text);
+    }
+    for k in &to_reprocess {
+        outcome.insert(k.clone(), format!("{prefix}reprocess"));
     }
     if !dry_run {
         if !cancel.is_empty() {
@@ -1331,13 +1451,29 @@ pub async fn backfill(
                 outcome.insert(key, "exists".to_owned());
             }
         }
-        if report.created > report.skipped {
+        if !to_reprocess.is_empty() {
+            let retried = retry_windows(
+                &mut tx,
+                task_id,
+                &to_reprocess,
+                &reprocess_from,
+                actor,
+                "backfill reprocess: operator retry",
+            )
+            .await?;
+            for inst in &retried {
+                tracing::info!(task_id = %task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, reason = "backfill reprocess", "instance retried");
+            }
+            report.reprocessed = retried.len();
+        }
+        if report.created > report.skipped || report.reprocessed > 0 {
             notify_work(&mut tx, &spec.agent_id).await?;
         }
         tx.commit().await.map_err(map_db_error)?;
     } else {
         report.created = planned.len();
         report.skipped = planned.iter().filter(|p| p.skip.is_some()).count();
+        report.reprocessed = to_reprocess.len();
         tx.rollback().await.map_err(map_db_error)?;
     }
     report.windows = keys

@@ -103,25 +103,21 @@ pub async fn list_tasks(pool: &PgPool, f: &TaskFilter) -> Result<Vec<Task>> {
     rows.into_iter().map(Task::try_from).collect()
 }
 
-/// The first window of a trigger strictly after `now`, for a new or changed task. A `once` task
-/// keeps its instant even when it has passed: the trigger loop then applies the misfire grace.
-fn first_fire_at(trigger: &TriggerSpec, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>> {
-    if let TriggerSpec::Once { at } = trigger {
-        return Ok(Some(*at));
-    }
-    let schedule = trigger
-        .schedule()
-        .map_err(|e| Error::Corrupt(e.to_string()))?;
-    Ok(schedule.next_after(now))
+/// The first window of a trigger being registered (new or changed): strictly after `now`, but
+/// a `once` task keeps its instant even when it has passed (the trigger loop then applies the
+/// misfire grace), and a cron expression that never fires within the search horizon is refused
+/// (`422` on `trigger.expr`) rather than stored to never run.
+fn registered_fire_at(trigger: &TriggerSpec, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>> {
+    trigger.first_window(now).map_err(Error::Invalid)
 }
 
 /// The next window of a task being resumed: computed from now, so paused time is not "missed";
 /// a one-shot whose instant passed while paused does not fire.
 fn resumed_fire_at(trigger: &TriggerSpec, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>> {
-    match trigger {
-        TriggerSpec::Once { at } => Ok((*at > now).then_some(*at)),
-        other => first_fire_at(other, now),
-    }
+    let schedule = trigger
+        .schedule()
+        .map_err(|e| Error::Corrupt(e.to_string()))?;
+    Ok(schedule.next_after(now))
 }
 
 async fn lock_task(conn: &mut PgConnection, id: &str) -> Result<Option<Task>> {
@@ -247,7 +243,7 @@ pub async fn upsert_task(
             .bind(spec.trigger.upstream().map(TaskId::as_str))
             .bind(paused)
             .bind(paused.then_some("paused at registration"))
-            .bind(first_fire_at(&spec.trigger, now)?)
+            .bind(registered_fire_at(&spec.trigger, now)?)
             .bind(spec.dispatch.mode())
             .execute(&mut *tx)
             .await
@@ -269,7 +265,7 @@ pub async fn upsert_task(
             }
             let next_fire_at =
                 if current.spec.trigger != spec.trigger || pause_change == Some(false) {
-                    first_fire_at(&spec.trigger, now)?
+                    registered_fire_at(&spec.trigger, now)?
                 } else {
                     current.next_fire_at
                 };

@@ -4,7 +4,8 @@
 //! # Expressions
 //! 5 fields `min hour dom mon dow` (second 0) or 6 fields `sec min hour dom mon dow`; names
 //! (`JAN`, `MON-FRI`), Sunday as `0` or `7`, lists, ranges, steps, `L`, `W`, `#`, `?` and the
-//! macros `@hourly @daily @weekly @monthly @yearly @annually`. Parsing and field matching are
+//! macros `@hourly @daily @midnight @weekly @monthly @yearly @annually` (`@reboot` is refused:
+//! there is no boot event). Parsing and field matching are
 //! done by `croner` 4.0.3. Two things are added on top of it:
 //! - 7-field expressions (a year field) are refused: croner accepts them, the contract does not.
 //! - Day fields follow Vixie cron/cronie: when day-of-month and day-of-week are both restricted a
@@ -44,8 +45,12 @@ use croner::errors::CronError;
 use croner::parser::{CronParser, Seconds, Year};
 use croner::{CivilDate, CivilDateTime, Cron, CronDateTime, Resolution};
 
-/// How far past the base instant's local date a search may look before giving up.
-const SEARCH_HORIZON_DAYS: u64 = 5 * 366;
+/// How many years past the base instant a search may look before giving up: an expression with
+/// no fire time within it is refused at registration.
+pub const SEARCH_HORIZON_YEARS: u64 = 5;
+
+/// [`SEARCH_HORIZON_YEARS`] in local dates.
+const SEARCH_HORIZON_DAYS: u64 = SEARCH_HORIZON_YEARS * 366;
 
 /// No real time zone skips more than a few hours; bounds the search for a gap's end.
 const MAX_GAP_SECONDS: i64 = 2 * 86_400;
@@ -61,7 +66,8 @@ const FIELD_NAMES: [&str; 6] = [
 ];
 
 const EXPECTED_SHAPE: &str = "expected 5 fields (min hour dom mon dow), 6 fields \
-     (sec min hour dom mon dow) or a macro (@hourly @daily @weekly @monthly @yearly)";
+     (sec min hour dom mon dow) or a macro (@hourly @daily @midnight @weekly @monthly @yearly \
+     @annually)";
 
 /// What is wrong with a cron expression or zone; `field` is "expr" or "timezone".
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -180,6 +186,22 @@ impl CronSchedule {
         self.timezone
     }
 
+    /// The first fire instant strictly after `after`, or why there is none: an expression that
+    /// does not fire within [`SEARCH_HORIZON_YEARS`] years (`0 0 30 2 *`) would never run, so
+    /// registration refuses it. The search is bounded by the horizon, so this is cheap even for
+    /// hostile expressions.
+    pub fn first_fire_after(&self, after: DateTime<Utc>) -> Result<DateTime<Utc>, ScheduleError> {
+        self.next_after(after).ok_or_else(|| {
+            ScheduleError::expr(format!(
+                "`{}` has no fire time within {SEARCH_HORIZON_YEARS} years after {} in {}; \
+                 it would never run (check the day-of-month and month fields, e.g. 30 February)",
+                self.expr,
+                after.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                self.timezone.name()
+            ))
+        })
+    }
+
     /// True when the minute or hour field starts with `*` (after macro expansion): a job that
     /// follows the wall clock through DST changes (CONTRACT §1 "wildcard job").
     pub fn is_wildcard(&self) -> bool {
@@ -261,10 +283,15 @@ fn expand_macro(expr: &str) -> Result<&'static str, ScheduleError> {
         "@yearly" | "@annually" => Ok("0 0 1 1 *"),
         "@monthly" => Ok("0 0 1 * *"),
         "@weekly" => Ok("0 0 * * 0"),
-        "@daily" => Ok("0 0 * * *"),
+        "@daily" | "@midnight" => Ok("0 0 * * *"),
         "@hourly" => Ok("0 * * * *"),
+        "@reboot" => Err(ScheduleError::expr(
+            "@reboot is not a schedule: kairos has no boot event (replicas start and stop \
+             independently); use a manual trigger (POST /v1/tasks/{id}/trigger) instead",
+        )),
         _ => Err(ScheduleError::expr(format!(
-            "unknown macro `{expr}`; supported: @hourly @daily @weekly @monthly @yearly @annually"
+            "unknown macro `{expr}`; supported: @hourly @daily @midnight @weekly @monthly \
+             @yearly @annually"
         ))),
     }
 }
@@ -991,6 +1018,11 @@ mod tests {
             vec![utc(2027, 1, 1, 0, 0, 0)]
         );
         assert_eq!(
+            fires("@midnight", "UTC", from, 2),
+            fires("@daily", "UTC", from, 2)
+        );
+        assert!(!sched("@midnight", "UTC").is_wildcard());
+        assert_eq!(
             fires("@DAILY", "Asia/Shanghai", from, 1),
             vec![utc(2026, 3, 4, 16, 0, 0)]
         );
@@ -1036,8 +1068,12 @@ mod tests {
         assert!(expr_err("a b c d e").message.contains("minute field `a`"));
         assert!(expr_err("0 0 * * FOO").message.contains("day-of-week"));
         assert!(expr_err("*/0 * * * *").message.contains("minute"));
-        assert!(expr_err("@midnight").message.contains("unknown macro"));
-        assert!(expr_err("@reboot").message.contains("unknown macro"));
+        assert!(expr_err("@every_minute").message.contains("unknown macro"));
+        let err = expr_err("@reboot");
+        assert!(
+            err.message.contains("not a schedule") && err.message.contains("manual trigger"),
+            "{err}"
+        );
         assert!(expr_err("0 0 * * +MON").message.contains("`+`"));
         assert_eq!(
             expr_err("").to_string().split(':').next(),
@@ -1080,6 +1116,49 @@ mod tests {
             sched("0 0 29 2 *", "UTC").next_after(utc(2026, 1, 1, 0, 0, 0)),
             Some(utc(2028, 2, 29, 0, 0, 0))
         );
+    }
+
+    #[test]
+    fn never_firing_expressions_are_refused_with_a_reason_and_found_quickly() {
+        let from = utc(2026, 1, 1, 0, 0, 0);
+        let late = utc(2097, 3, 1, 0, 0, 0);
+        let started = Instant::now();
+        for (expr, tz) in [
+            ("0 0 30 2 *", "UTC"),
+            ("0 0 0 31 4 *", "UTC"),
+            ("* * * 30 2 *", "Australia/Lord_Howe"),
+            ("* * * 31 4,6,9,11 *", "America/New_York"),
+            ("0 0 0 31W 2 *", "UTC"),
+            ("* * * ? 2 1#5", "America/New_York"),
+        ] {
+            for base in [from, late] {
+                let err = sched(expr, tz).first_fire_after(base).unwrap_err();
+                assert_eq!(err.field, "expr");
+                assert!(
+                    err.message.contains("no fire time within 5 years"),
+                    "{expr}: {err}"
+                );
+            }
+        }
+        // Every second of New York's spring gap, which never exists on the wall clock: the
+        // costliest walk (each second of the hour is tried and refused, every year).
+        assert!(
+            sched("* * 2 * 3 0#2", "America/New_York")
+                .first_fire_after(from)
+                .is_err()
+        );
+        // Debug builds included: the bounded search costs milliseconds, never seconds.
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        // Feb 29 fires from 2026, but not from 2097 (2100 is no leap year).
+        assert_eq!(
+            sched("0 0 29 2 *", "UTC").first_fire_after(from),
+            Ok(utc(2028, 2, 29, 0, 0, 0))
+        );
+        assert!(sched("0 0 29 2 *", "UTC").first_fire_after(late).is_err());
     }
 
     #[test]
