@@ -34,6 +34,8 @@ enum Mode {
     Sleep(Duration),
     Redirect(String),
     Huge,
+    /// This status with this body, as JSON.
+    Raw(u16, &'static str),
 }
 
 #[derive(Clone, Debug)]
@@ -78,6 +80,12 @@ async fn handle(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> R
             StatusCode::FOUND,
             [(axum::http::header::LOCATION, to)],
             "moved",
+        )
+            .into_response(),
+        Mode::Raw(status, body) => (
+            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
         )
             .into_response(),
         Mode::Huge => axum::Json(json!({"status": "success", "result": "x".repeat(100 * 1024)}))
@@ -594,4 +602,59 @@ async fn an_oversized_answer_is_not_read_past_its_bound(pool: PgPool) {
             .contains("larger than 65536 bytes"),
         "{failed}"
     );
+}
+
+#[sqlx::test]
+async fn an_answer_holding_nul_fails_the_attempt_and_is_kept_without_it(pool: PgPool) {
+    let receiver = Receiver::start(vec![
+        Mode::Raw(
+            200,
+            r#"{"status": "success", "result": {"note": "a\u0000b"}}"#,
+        ),
+        Mode::Raw(500, "bad\u{0}news"),
+    ])
+    .await;
+    let app = TestApp::spawn(pool.clone()).await;
+    webhook_task(
+        &app,
+        "nul_answer",
+        &receiver.url(),
+        json!({"max_retries": 1, "retry_backoff": {"base_seconds": 1, "max_seconds": 1, "jitter": 0}}),
+    )
+    .await;
+    let (_, inst) = json(app.post("/v1/tasks/nul_answer/trigger", json!({})).await).await;
+    let id = inst["id"].as_str().expect("id").to_owned();
+    let d = dispatcher(&pool, &app);
+    let scanner = RetryScanner::new(
+        pool.clone(),
+        RetryScannerConfig::new("s"),
+        Heartbeats::default(),
+    );
+    d.run_once().await.expect("dispatch");
+    // The success answer's result cannot be stored: a failed attempt, not a RUNNING instance
+    // left for the reaper.
+    let failed = eventually(Duration::from_secs(10), "the first push to fail", || {
+        let (app, id) = (&app, &id);
+        async move {
+            let i = instance(app, id).await;
+            (i["status"] == "FAILED").then_some(i)
+        }
+    })
+    .await;
+    assert_eq!(failed["error_kind"], "dispatch", "{failed}");
+    assert!(
+        failed["error"].as_str().unwrap_or("").contains("U+0000"),
+        "{failed}"
+    );
+    let dead = eventually(Duration::from_secs(20), "the second push to fail", || {
+        let (d, scanner, app, id) = (&d, &scanner, &app, &id);
+        async move {
+            scanner.run_once().await.expect("scan");
+            d.run_once().await.expect("dispatch");
+            let i = instance(app, id).await;
+            (i["status"] == "DEAD").then_some(i)
+        }
+    })
+    .await;
+    assert_eq!(dead["error"], "HTTP 500: badnews", "{dead}");
 }

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::work_signal::WorkSignal;
 use super::{Heartbeats, error_backoff, error_chain};
+use crate::domain::text;
 use crate::outbound::{self, AllowList};
 use crate::store::group_commit::GroupCommit;
 use crate::store::{self, claim, instances};
@@ -196,8 +197,13 @@ impl WebhookDispatcher {
                         let too_big = result
                             .and_then(|r| serde_json::to_vec(r).ok())
                             .is_some_and(|b| b.len() > 64 * 1024);
+                        let nul_at = result.and_then(|r| text::nul_in_json(r, "result"));
                         if too_big {
                             Err("receiver returned a result over 64 KiB".to_owned())
+                        } else if let Some(field) = nul_at {
+                            Err(format!(
+                                "receiver returned a {field} holding U+0000, which cannot be stored"
+                            ))
                         } else {
                             let done = instances::Completion {
                                 id: i.id,
@@ -223,7 +229,7 @@ impl WebhookDispatcher {
             Ok(a) => Err(match a.body.as_deref() {
                 Some(b) if !b.is_empty() => {
                     let text = String::from_utf8_lossy(b);
-                    let snippet: String = text.chars().take(200).collect();
+                    let snippet: String = text::without_nul(&text).chars().take(200).collect();
                     format!("HTTP {}: {snippet}", a.status)
                 }
                 _ => format!("HTTP {}", a.status),
