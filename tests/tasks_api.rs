@@ -305,3 +305,18 @@ async fn cron_preview_follows_new_york_dst_rules(pool: PgPool) {
     assert_eq!(status, 422);
     assert_eq!(problem["errors"][0]["field"], "expr");
 }
+
+#[sqlx::test]
+async fn integral_numbers_count_as_integers_as_json_schema_counts_them(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let mut body = cron_task("a", "0 8 * * *");
+    body["execution"] = json!({"timeout_seconds": 120.0, "max_retries": 2e0});
+    let (status, task) = common::json(app.put("/v1/tasks/floaty", body.clone()).await).await;
+    assert_eq!(status, 201, "{task}");
+    assert_eq!(task["execution"]["timeout_seconds"], 120);
+    assert_eq!(task["execution"]["max_retries"], 2);
+    body["execution"] = json!({"timeout_seconds": 120.5});
+    let (status, problem) = common::json(app.put("/v1/tasks/floaty", body).await).await;
+    assert_eq!(status, 422, "{problem}");
+    assert_eq!(problem["errors"][0]["field"], "execution.timeout_seconds");
+}

@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::error::ApiError;
-use crate::domain::task::{FieldError, parse_timestamp};
+use crate::domain::task::{FieldError, json_integer, parse_timestamp};
 use crate::domain::text::{NUL_REFUSED, has_nul, nul_in_json};
 
 /// A JSON body. An empty body is `Value::Null` (handlers decide whether that is allowed).
@@ -234,7 +234,7 @@ pub fn int_field(
 ) -> Result<i64, ApiError> {
     match m.get(key) {
         None | Some(Value::Null) => Ok(default),
-        Some(Value::Number(n)) => match n.as_i64() {
+        Some(Value::Number(n)) => match json_integer(n) {
             Some(v) if (min..=max).contains(&v) => Ok(v),
             _ => Err(ApiError::invalid(
                 key,
