@@ -357,3 +357,18 @@ async fn expressions_that_never_fire_and_reboot_are_refused_and_midnight_is_dail
         json!(["2026-11-30T00:00:00Z", "2026-12-01T00:00:00Z"])
     );
 }
+
+#[sqlx::test]
+async fn integral_numbers_count_as_integers_as_json_schema_counts_them(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let mut body = cron_task("a", "0 8 * * *");
+    body["execution"] = json!({"timeout_seconds": 120.0, "max_retries": 2e0});
+    let (status, task) = common::json(app.put("/v1/tasks/floaty", body.clone()).await).await;
+    assert_eq!(status, 201, "{task}");
+    assert_eq!(task["execution"]["timeout_seconds"], 120);
+    assert_eq!(task["execution"]["max_retries"], 2);
+    body["execution"] = json!({"timeout_seconds": 120.5});
+    let (status, problem) = common::json(app.put("/v1/tasks/floaty", body).await).await;
+    assert_eq!(status, 422, "{problem}");
+    assert_eq!(problem["errors"][0]["field"], "execution.timeout_seconds");
+}

@@ -8,3 +8,4 @@ pub mod policy;
 pub mod retry;
 pub mod schedule;
 pub mod task;
+pub mod text;

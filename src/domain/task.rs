@@ -526,7 +526,7 @@ impl Errors {
         let field = join(prefix, key);
         match obj.get(key) {
             None | Some(Value::Null) => default,
-            Some(Value::Number(n)) => match n.as_i64() {
+            Some(Value::Number(n)) => match json_integer(n) {
                 Some(v) if (min..=max).contains(&v) => v,
                 _ => {
                     self.push(field, format!("must be an integer from {min} to {max}"));
@@ -604,6 +604,17 @@ impl Errors {
             }
         }
     }
+}
+
+/// A JSON number as an integer, as JSON Schema counts integers: `10` and `10.0` are 10, `10.5`
+/// and numbers outside `i64` are not integers.
+pub fn json_integer(n: &serde_json::Number) -> Option<i64> {
+    if let Some(v) = n.as_i64() {
+        return Some(v);
+    }
+    let f = n.as_f64()?;
+    // `i64::MAX as f64` rounds up to 2^63, which is already out of range.
+    (f.fract() == 0.0 && f >= i64::MIN as f64 && f < i64::MAX as f64).then_some(f as i64)
 }
 
 /// RFC 3339 with an offset, truncated to whole seconds (window keys have second resolution).
@@ -1026,6 +1037,16 @@ fn parse_circuit_breaker(value: Option<&Value>, errs: &mut Errors) -> CircuitBre
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn integral_numbers_are_integers_as_json_schema_counts_them() {
+        let n = |s: &str| serde_json::from_str::<serde_json::Number>(s).expect("number");
+        assert_eq!(super::json_integer(&n("63")), Some(63));
+        assert_eq!(super::json_integer(&n("63.0")), Some(63));
+        assert_eq!(super::json_integer(&n("-2.0e1")), Some(-20));
+        assert_eq!(super::json_integer(&n("63.5")), None);
+        assert_eq!(super::json_integer(&n("1e300")), None);
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -197,6 +197,10 @@ impl From<store::Error> for ApiError {
             } => ApiError::Conflict(format!(
                 "instance {instance_id} is {status}; that transition is not allowed from {status}"
             )),
+            // A bare `?` skips `map_db_error`: data exceptions are still the caller's input.
+            store::Error::Db(ref db) if let Some(fe) = store::data_exception(db) => {
+                ApiError::Invalid(vec![fe])
+            }
             store::Error::Db(
                 ref db @ (sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed),
             ) => ApiError::Unavailable(db.to_string()),

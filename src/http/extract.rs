@@ -1,16 +1,20 @@
 //! Request extractors that fail as problem+json: malformed JSON is 400, a body over the limit
 //! 413, a non-JSON content type 415; query parameters are parsed by name so a bad one is a 422
-//! naming it.
+//! naming it. Text PostgreSQL cannot store (U+0000) is refused here, in bodies, query strings
+//! and path parameters alike, as a 422 naming where it was found.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::extract::{FromRequest, FromRequestParts, Query, RawPathParams, Request};
 use axum::http::header;
 use axum::http::request::Parts;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::error::ApiError;
-use crate::domain::task::{FieldError, parse_timestamp};
+use crate::domain::task::{FieldError, json_integer, parse_timestamp};
+use crate::domain::text::{NUL_REFUSED, has_nul, nul_in_json};
 
 /// A JSON body. An empty body is `Value::Null` (handlers decide whether that is allowed).
 pub struct JsonBody(pub Value);
@@ -38,10 +42,39 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(JsonBody(Value::Null));
         }
-        serde_json::from_slice(&bytes)
-            .map(JsonBody)
-            .map_err(|e| ApiError::Malformed(format!("the body is not valid JSON: {e}")))
+        let value: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::Malformed(format!("the body is not valid JSON: {e}")))?;
+        if let Some(field) = nul_in_json(&value, "") {
+            return Err(ApiError::invalid(field, NUL_REFUSED));
+        }
+        Ok(JsonBody(value))
     }
+}
+
+/// A route layer that refuses path parameters PostgreSQL could not store (`/v1/tasks/a%00b`:
+/// 422 naming `id`), and ones that are not UTF-8 once percent-decoded (400), before any
+/// handler sees them.
+pub async fn refuse_unstorable_path(req: Request, next: Next) -> Response {
+    let (mut parts, body) = req.into_parts();
+    match RawPathParams::from_request_parts(&mut parts, &()).await {
+        Ok(params) => {
+            let errors: Vec<FieldError> = params
+                .iter()
+                .filter(|(_, v)| has_nul(v))
+                .map(|(k, _)| FieldError::new(k, NUL_REFUSED))
+                .collect();
+            if !errors.is_empty() {
+                tracing::info!(path = %parts.uri.path(), reason = "U+0000 in a path parameter", "request refused");
+                return ApiError::Invalid(errors).into_response();
+            }
+        }
+        Err(axum::extract::rejection::RawPathParamsRejection::InvalidUtf8InPathParam(e)) => {
+            return ApiError::Malformed(e.body_text()).into_response();
+        }
+        // Routes without parameters.
+        Err(_) => {}
+    }
+    next.run(Request::from_parts(parts, body)).await
 }
 
 /// Query parameters by name, with typed getters that report the parameter by name.
@@ -54,6 +87,14 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
         let Query(pairs) = Query::<Vec<(String, String)>>::from_request_parts(parts, state)
             .await
             .map_err(|e| ApiError::Malformed(format!("cannot parse the query string: {e}")))?;
+        let errors: Vec<FieldError> = pairs
+            .iter()
+            .filter(|(k, v)| has_nul(k) || has_nul(v))
+            .map(|(k, _)| FieldError::new(k.replace('\0', ""), NUL_REFUSED))
+            .collect();
+        if !errors.is_empty() {
+            return Err(ApiError::Invalid(errors));
+        }
         Ok(QueryParams(pairs))
     }
 }
@@ -138,7 +179,12 @@ pub fn decode_cursor(cursor: &str) -> Result<String, ApiError> {
         .map(|i| u8::from_str_radix(cursor.get(i..i + 2).unwrap_or("zz"), 16))
         .collect::<Result<Vec<u8>, _>>()
         .map_err(|_| bad())?;
-    String::from_utf8(bytes).map_err(|_| bad())
+    let text = String::from_utf8(bytes).map_err(|_| bad())?;
+    // Cursors carry ids and instants, never control characters; U+0000 could not reach SQL.
+    if text.chars().any(char::is_control) {
+        return Err(bad());
+    }
+    Ok(text)
 }
 
 /// A JSON object body with only `known` fields; an empty body counts as `{}`.
@@ -188,7 +234,7 @@ pub fn int_field(
 ) -> Result<i64, ApiError> {
     match m.get(key) {
         None | Some(Value::Null) => Ok(default),
-        Some(Value::Number(n)) => match n.as_i64() {
+        Some(Value::Number(n)) => match json_integer(n) {
             Some(v) if (min..=max).contains(&v) => Ok(v),
             _ => Err(ApiError::invalid(
                 key,

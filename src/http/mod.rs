@@ -125,6 +125,7 @@ pub fn served_routes() -> Vec<(&'static str, &'static str)> {
 pub fn router(state: AppState, max_body_bytes: usize) -> Router {
     table()
         .router
+        .route_layer(axum::middleware::from_fn(extract::refuse_unstorable_path))
         .fallback(|| async { ApiError::NotFound("no such route".to_owned()) })
         .method_not_allowed_fallback(|| async {
             ApiError::MethodNotAllowed("this route does not accept that method".to_owned())

@@ -67,15 +67,38 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Map a database error to [`Error`] once: unique violations become conflicts.
+/// Map a database error to [`Error`] once: unique violations become conflicts, data exceptions
+/// (a value the database cannot store or compute with) become invalid input.
 pub fn map_db_error(e: sqlx::Error) -> Error {
     match &e {
         sqlx::Error::RowNotFound => Error::NotFound,
         sqlx::Error::Database(db) if db.is_unique_violation() => {
             Error::Conflict(db.message().to_owned())
         }
-        _ => Error::Db(e),
+        _ => match data_exception(&e) {
+            Some(fe) => Error::Invalid(fe),
+            None => Error::Db(e),
+        },
     }
+}
+
+/// SQLSTATE class 22 (data exception: `22021` a NUL byte in text, `22P05` `\u0000` in jsonb,
+/// `22003` a number out of range, `22008` a timestamp out of range, …) is caused by the values
+/// a statement was given, so it is the caller's input that is invalid. Input is checked before
+/// it reaches SQL; this is the last line of defence, and it cannot name the field.
+pub fn data_exception(e: &sqlx::Error) -> Option<crate::domain::task::FieldError> {
+    let sqlx::Error::Database(db) = e else {
+        return None;
+    };
+    let code = db.code()?;
+    if !code.starts_with("22") {
+        return None;
+    }
+    tracing::warn!(sqlstate = %code, reason = %db.message(), "a value was refused by the database");
+    Some(crate::domain::task::FieldError::new(
+        "",
+        format!("a value cannot be stored: {}", db.message()),
+    ))
 }
 
 /// Connect a pool of at most `max_connections`.

@@ -1,0 +1,84 @@
+//! Text PostgreSQL can store. It refuses U+0000 in `text` columns and `\u0000` in `jsonb`, so
+//! such input is refused where it enters, with the place it was found; receivers' answers, which
+//! cannot be refused, have it removed before they are kept.
+
+use serde_json::Value;
+
+/// Why a value holding U+0000 is refused.
+pub const NUL_REFUSED: &str = "must not contain the character U+0000 (NUL): it cannot be stored";
+
+/// True when `s` holds U+0000.
+pub fn has_nul(s: &str) -> bool {
+    s.contains('\0')
+}
+
+/// `s` without its U+0000 characters.
+pub fn without_nul(s: &str) -> String {
+    s.chars().filter(|c| *c != '\0').collect()
+}
+
+/// Where the first U+0000 sits in a JSON value: the field path (`context.params.a`,
+/// `completions[3].result`, `""` for the value itself) of a string holding it, or of an object
+/// with a key holding it. `prefix` is the path of `v`.
+pub fn nul_in_json(v: &Value, prefix: &str) -> Option<String> {
+    match v {
+        Value::String(s) if has_nul(s) => Some(prefix.to_owned()),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| nul_in_json(item, &format!("{prefix}[{i}]"))),
+        Value::Object(map) => {
+            if map.keys().any(|k| has_nul(k)) {
+                return Some(prefix.to_owned());
+            }
+            map.iter().find_map(|(k, item)| {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                nul_in_json(item, &path)
+            })
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn clean_values_have_no_nul() {
+        let v = json!({"a": [1, "x", {"b": null, "c": true}], "d": "\u{1}"});
+        assert_eq!(nul_in_json(&v, ""), None);
+    }
+
+    #[test]
+    fn the_path_names_the_string_holding_nul() {
+        let v = json!({"context": {"params": {"region": "cn\u{0}north"}}});
+        assert_eq!(
+            nul_in_json(&v, "").as_deref(),
+            Some("context.params.region")
+        );
+        let v = json!({"completions": [{"id": "x"}, {"id": "y", "result": ["ok", "\u{0}"]}]});
+        assert_eq!(
+            nul_in_json(&v, "").as_deref(),
+            Some("completions[1].result[1]")
+        );
+        assert_eq!(nul_in_json(&json!("\u{0}"), "").as_deref(), Some(""));
+    }
+
+    #[test]
+    fn a_key_holding_nul_names_its_object() {
+        let v = json!({"context": {"a\u{0}": 1}});
+        assert_eq!(nul_in_json(&v, "").as_deref(), Some("context"));
+    }
+
+    #[test]
+    fn nul_is_removed_from_kept_text() {
+        assert_eq!(without_nul("a\u{0}b\u{0}"), "ab");
+        assert!(has_nul("\u{0}") && !has_nul("0"));
+    }
+}
