@@ -69,50 +69,22 @@ impl Options {
         Ok(Self {
             node_id: cfg.node_id.clone(),
             max_body_bytes: cfg.max_body_bytes,
-            trigger: Some(TriggerLoopConfig {
-                node_id: cfg.node_id.clone(),
-                batch_size: cfg.trigger_batch_size,
-                max_sleep: Duration::from_millis(cfg.trigger_max_sleep_ms),
-                parallelism: cfg.trigger_parallelism,
-            }),
-            retry_scanner: Some(RetryScannerConfig {
-                node_id: cfg.node_id.clone(),
-                interval: Duration::from_millis(cfg.retry_scan_interval_ms),
-                batch_size: cfg.retry_batch_size,
-            }),
-            reaper: Some(TimeoutReaperConfig {
-                node_id: cfg.node_id.clone(),
-                interval: Duration::from_millis(cfg.reaper_interval_ms),
-                batch_size: cfg.reaper_batch_size,
-            }),
+            trigger: Some(TriggerLoopConfig::from_config(cfg)),
+            retry_scanner: Some(RetryScannerConfig::from_config(cfg)),
+            reaper: Some(TimeoutReaperConfig::from_config(cfg)),
             claims: ClaimSettings::from_config(cfg),
             server: ServerLimits::from_config(cfg),
             request_timeout: Duration::from_secs(cfg.http_request_timeout_seconds),
             shutdown_grace: Duration::from_secs(cfg.shutdown_grace_seconds),
             tokens: Arc::new(tokens),
-            webhook: Some(WebhookDispatcherConfig {
-                node_id: cfg.node_id.clone(),
-                interval: Duration::from_millis(cfg.webhook_interval_ms),
-                max_in_flight: cfg.webhook_max_in_flight,
-                max_per_task: cfg.webhook_max_per_task,
-                public_url: cfg.public_url.clone(),
-            }),
-            notifier: Some(NotifierConfig {
-                interval: Duration::from_millis(cfg.notifier_interval_ms),
-                timeout: Duration::from_secs(cfg.notify_timeout_seconds),
-                max_age_seconds: cfg.notify_max_age_seconds,
-                ..NotifierConfig::default()
-            }),
+            webhook: Some(WebhookDispatcherConfig::from_config(cfg)),
+            notifier: Some(NotifierConfig::from_config(cfg)),
             outbound: outbound::Policy {
                 allow_list: AllowList::parse(&cfg.outbound_allowed_hosts),
                 deny_private: cfg.outbound_deny_private,
                 pinned: Default::default(),
             },
-            pruner: Some(PrunerConfig {
-                interval: Duration::from_millis(cfg.pruner_interval_ms),
-                retention_days: cfg.retention_days,
-                batch_size: cfg.pruner_batch_size,
-            }),
+            pruner: Some(PrunerConfig::from_config(cfg)),
             retention_days: cfg.retention_days,
             stats_interval: Some(Duration::from_millis(cfg.stats_interval_ms)),
         })
@@ -136,7 +108,7 @@ impl Options {
             notifier: None,
             outbound: outbound::Policy::default(),
             pruner: None,
-            retention_days: PrunerConfig::default().retention_days,
+            retention_days: cfg.retention_days,
             stats_interval: None,
         }
     }

@@ -21,8 +21,9 @@ use hmac::{Hmac, KeyInit, Mac};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use sha2::Sha256;
 
-/// Largest response body read from a webhook or notification receiver.
-pub const MAX_RESPONSE_BYTES: usize = 64 * 1024;
+/// Largest response body read from a webhook or notification receiver: an answer that carries
+/// a `result` of the largest size kept.
+pub const MAX_RESPONSE_BYTES: usize = crate::domain::task::MAX_RESULT_BYTES;
 
 /// The reason of a request that got no answer within its timeout.
 pub const NO_ANSWER: &str = "no answer within the timeout";

@@ -14,8 +14,15 @@ use serde_json::{Map, Value};
 
 use super::schedule::{CronSchedule, Schedule};
 
-/// Largest serialized `context` accepted (CONTRACT §2).
-pub const MAX_CONTEXT_BYTES: usize = 64 * 1024;
+/// Largest serialized JSON document kept in one field (CONTRACT §2, §3): a task's `context`, an
+/// instance's `result`.
+pub const MAX_DOCUMENT_BYTES: usize = 64 * 1024;
+/// Largest serialized `context` accepted.
+pub const MAX_CONTEXT_BYTES: usize = MAX_DOCUMENT_BYTES;
+/// Largest serialized `result` an agent or a webhook receiver may report.
+pub const MAX_RESULT_BYTES: usize = MAX_DOCUMENT_BYTES;
+/// Longest operator or agent reason kept (pause, cancel, retry).
+pub const MAX_REASON_LEN: usize = 1024;
 /// Largest `interval.every_seconds`: one year.
 pub const MAX_INTERVAL_SECONDS: i64 = 366 * 86_400;
 /// Largest `catchup_window_seconds`: 30 days.
@@ -239,13 +246,20 @@ pub struct Execution {
     pub misfire_grace_seconds: i64,
 }
 
+/// `execution.timeout_seconds` when not given.
+pub const DEFAULT_TIMEOUT_SECONDS: i64 = 600;
+/// `execution.concurrency_limit` when not given.
+pub const DEFAULT_CONCURRENCY_LIMIT: i32 = 1;
+/// `circuit_breaker.failure_threshold` when not given.
+pub const DEFAULT_FAILURE_THRESHOLD: i32 = 5;
+
 impl Default for Execution {
     fn default() -> Self {
         Self {
-            timeout_seconds: 600,
+            timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
             max_retries: 3,
             retry_backoff: RetryBackoff::default(),
-            concurrency_limit: 1,
+            concurrency_limit: DEFAULT_CONCURRENCY_LIMIT,
             overlap: Overlap::Skip,
             catchup: Catchup::Skip,
             catchup_window_seconds: 86_400,
@@ -308,7 +322,7 @@ pub struct CircuitBreaker {
 impl Default for CircuitBreaker {
     fn default() -> Self {
         Self {
-            failure_threshold: 5,
+            failure_threshold: DEFAULT_FAILURE_THRESHOLD,
             cooldown_seconds: None,
         }
     }

@@ -18,12 +18,10 @@ use crate::domain::access::Principal;
 use crate::domain::instance::{Instance, InstanceStatus};
 use crate::store::{self, events, instances as store_instances};
 
-/// Largest serialized `result` an agent may report (CONTRACT §3).
-pub const MAX_RESULT_BYTES: usize = 64 * 1024;
-/// Longest operator reason kept.
-const MAX_REASON_LEN: usize = 1024;
+pub use crate::domain::task::MAX_RESULT_BYTES;
+use crate::domain::task::{MAX_DOCUMENT_BYTES, MAX_REASON_LEN};
 /// Longest `error` accepted in a fail body before it is cut (it is stored cut to 4 KiB).
-const MAX_ERROR_INPUT: usize = 64 * 1024;
+const MAX_ERROR_INPUT: usize = MAX_DOCUMENT_BYTES;
 
 pub fn routes(t: RouteTable) -> RouteTable {
     t.add("get", "/v1/instances", get(list_instances))

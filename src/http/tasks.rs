@@ -31,8 +31,7 @@ pub const MAX_BACKFILL_WINDOWS: usize = 10_000;
 pub const MAX_DELAY_SECONDS: i64 = 366 * 86_400;
 /// Longest caller-chosen window key.
 pub const MAX_WINDOW_KEY_LEN: usize = 256;
-/// Longest pause reason kept.
-const MAX_REASON_LEN: usize = 1024;
+use crate::domain::task::MAX_REASON_LEN;
 
 pub fn routes(t: RouteTable) -> RouteTable {
     t.add("put", "/v1/tasks/{id}", put(put_task))

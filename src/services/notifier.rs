@@ -34,11 +34,17 @@ pub struct NotifierConfig {
 
 impl Default for NotifierConfig {
     fn default() -> Self {
+        Self::from_config(&crate::config::Config::default())
+    }
+}
+
+impl NotifierConfig {
+    pub fn from_config(cfg: &crate::config::Config) -> Self {
         Self {
-            interval: Duration::from_millis(1000),
+            interval: Duration::from_millis(cfg.notifier_interval_ms),
             batch_size: 32,
-            timeout: Duration::from_secs(10),
-            max_age_seconds: 86_400,
+            timeout: Duration::from_secs(cfg.notify_timeout_seconds),
+            max_age_seconds: cfg.notify_max_age_seconds,
             backoff: RetryBackoff {
                 base_seconds: 1,
                 max_seconds: 300,

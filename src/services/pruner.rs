@@ -23,10 +23,16 @@ pub struct PrunerConfig {
 
 impl Default for PrunerConfig {
     fn default() -> Self {
+        Self::from_config(&crate::config::Config::default())
+    }
+}
+
+impl PrunerConfig {
+    pub fn from_config(cfg: &crate::config::Config) -> Self {
         Self {
-            interval: Duration::from_secs(60),
-            retention_days: 30,
-            batch_size: 1000,
+            interval: Duration::from_millis(cfg.pruner_interval_ms),
+            retention_days: cfg.retention_days,
+            batch_size: cfg.pruner_batch_size,
         }
     }
 }

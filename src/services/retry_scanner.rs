@@ -24,11 +24,19 @@ pub struct RetryScannerConfig {
 }
 
 impl RetryScannerConfig {
+    /// The defaults of `Config`, under this node id.
     pub fn new(node_id: impl Into<String>) -> Self {
         Self {
             node_id: node_id.into(),
-            interval: Duration::from_millis(1000),
-            batch_size: 100,
+            ..Self::from_config(&crate::config::Config::default())
+        }
+    }
+
+    pub fn from_config(cfg: &crate::config::Config) -> Self {
+        Self {
+            node_id: cfg.node_id.clone(),
+            interval: Duration::from_millis(cfg.retry_scan_interval_ms),
+            batch_size: cfg.retry_batch_size,
         }
     }
 }

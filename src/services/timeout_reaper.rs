@@ -23,11 +23,19 @@ pub struct TimeoutReaperConfig {
 }
 
 impl TimeoutReaperConfig {
+    /// The defaults of `Config`, under this node id.
     pub fn new(node_id: impl Into<String>) -> Self {
         Self {
             node_id: node_id.into(),
-            interval: Duration::from_millis(1000),
-            batch_size: 500,
+            ..Self::from_config(&crate::config::Config::default())
+        }
+    }
+
+    pub fn from_config(cfg: &crate::config::Config) -> Self {
+        Self {
+            node_id: cfg.node_id.clone(),
+            interval: Duration::from_millis(cfg.reaper_interval_ms),
+            batch_size: cfg.reaper_batch_size,
         }
     }
 }

@@ -30,9 +30,6 @@ use crate::store::tasks::{
 use crate::store::{self, TASKS_CHANNEL, map_db_error, outbox};
 
 pub const LOOP_NAME: &str = "trigger";
-pub const DEFAULT_BATCH_SIZE: i64 = 500;
-pub const DEFAULT_MAX_SLEEP: Duration = Duration::from_secs(10);
-pub const DEFAULT_PARALLELISM: usize = 4;
 /// When a due task is held by another replica, wait this long before looking again.
 const CONTENDED_SLEEP: Duration = Duration::from_millis(20);
 /// After a task-change notification, wait this long and take every notification that arrived
@@ -52,12 +49,20 @@ pub struct TriggerLoopConfig {
 }
 
 impl TriggerLoopConfig {
+    /// The defaults of `Config`, under this node id.
     pub fn new(node_id: impl Into<String>) -> Self {
         Self {
             node_id: node_id.into(),
-            batch_size: DEFAULT_BATCH_SIZE,
-            max_sleep: DEFAULT_MAX_SLEEP,
-            parallelism: DEFAULT_PARALLELISM,
+            ..Self::from_config(&crate::config::Config::default())
+        }
+    }
+
+    pub fn from_config(cfg: &crate::config::Config) -> Self {
+        Self {
+            node_id: cfg.node_id.clone(),
+            batch_size: cfg.trigger_batch_size,
+            max_sleep: Duration::from_millis(cfg.trigger_max_sleep_ms),
+            parallelism: cfg.trigger_parallelism,
         }
     }
 }

@@ -49,13 +49,22 @@ pub struct WebhookDispatcherConfig {
 }
 
 impl WebhookDispatcherConfig {
+    /// The defaults of `Config`, under this node id and public URL.
     pub fn new(node_id: impl Into<String>, public_url: impl Into<String>) -> Self {
         Self {
             node_id: node_id.into(),
-            interval: Duration::from_millis(1000),
-            max_in_flight: 64,
-            max_per_task: 8,
             public_url: public_url.into(),
+            ..Self::from_config(&crate::config::Config::default())
+        }
+    }
+
+    pub fn from_config(cfg: &crate::config::Config) -> Self {
+        Self {
+            node_id: cfg.node_id.clone(),
+            interval: Duration::from_millis(cfg.webhook_interval_ms),
+            max_in_flight: cfg.webhook_max_in_flight,
+            max_per_task: cfg.webhook_max_per_task,
+            public_url: cfg.public_url.clone(),
         }
     }
 }
@@ -245,7 +254,7 @@ impl WebhookDispatcher {
                         let result = v.get("result").filter(|r| !r.is_null());
                         let too_big = result
                             .and_then(|r| serde_json::to_vec(r).ok())
-                            .is_some_and(|b| b.len() > 64 * 1024);
+                            .is_some_and(|b| b.len() > crate::domain::task::MAX_RESULT_BYTES);
                         if too_big {
                             Err("receiver returned a result over 64 KiB".to_owned())
                         } else if result.is_some_and(holds_nul) {

@@ -121,10 +121,7 @@ impl ClaimScope<'_> {
     }
 }
 
-/// A task's `concurrency_limit` (default 1) and `timeout_seconds` (default 600), read from its
-/// spec; `t` is the tasks alias.
-const TASK_LIMIT_SQL: &str = "coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1)";
-const TASK_TIMEOUT_SQL: &str = "coalesce((t.spec->'execution'->>'timeout_seconds')::bigint, 600)";
+use super::{TASK_LIMIT_SQL, TASK_TIMEOUT_SQL};
 
 /// How long a push's lease outlives its wait for the answer: time to record the answer. A
 /// replica that dies mid-push leaves the instance to the reaper this soon after the wait.

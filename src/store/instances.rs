@@ -648,10 +648,22 @@ pub(super) async fn complete_in(
 /// transaction, read *before* they change: a finished slot unblocks queued work only where the
 /// task was at its concurrency limit with PENDING work. Elsewhere the queued work was
 /// claimable already, and a NOTIFY (which serialises commits) would be paid for nothing.
-const AT_LIMIT_WITH_QUEUE_SQL: &str = "exists (select 1 from task_instance q \
-         where q.task_id = t.id and q.status = 'PENDING') \
-     and (select count(*) from task_instance r where r.task_id = t.id and r.status = 'RUNNING') \
-         >= coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1)";
+struct AtLimitWithQueue;
+
+impl std::fmt::Display for AtLimitWithQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exists (select 1 from task_instance q \
+                 where q.task_id = t.id and q.status = 'PENDING') \
+             and (select count(*) from task_instance r where r.task_id = t.id and r.status = 'RUNNING') \
+                 >= {}",
+            super::TASK_LIMIT_SQL
+        )
+    }
+}
+
+const AT_LIMIT_WITH_QUEUE_SQL: AtLimitWithQueue = AtLimitWithQueue;
 
 /// Wake the agents of the tasks among `task_ids` that [`AT_LIMIT_WITH_QUEUE_SQL`] holds for.
 /// Call it before the finishing rows leave RUNNING (the NOTIFY is sent at commit).

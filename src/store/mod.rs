@@ -24,6 +24,45 @@ pub const TASKS_CHANNEL: &str = "kairos_tasks";
 /// waking long-polling claims.
 pub const WORK_CHANNEL: &str = "kairos_work";
 
+/// SQL reading an integer of a task's stored spec (`t` is the `tasks` row), with the domain's
+/// default for specs stored without it: the default has one home, in `domain::task`.
+pub struct SpecInt {
+    path: &'static str,
+    cast: &'static str,
+    default: i64,
+}
+
+impl std::fmt::Display for SpecInt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "coalesce(({})::{}, {})",
+            self.path, self.cast, self.default
+        )
+    }
+}
+
+/// The task's `execution.concurrency_limit`.
+pub const TASK_LIMIT_SQL: SpecInt = SpecInt {
+    path: "t.spec->'execution'->>'concurrency_limit'",
+    cast: "int",
+    default: crate::domain::task::DEFAULT_CONCURRENCY_LIMIT as i64,
+};
+
+/// The task's `execution.timeout_seconds`.
+pub const TASK_TIMEOUT_SQL: SpecInt = SpecInt {
+    path: "t.spec->'execution'->>'timeout_seconds'",
+    cast: "bigint",
+    default: crate::domain::task::DEFAULT_TIMEOUT_SECONDS,
+};
+
+/// The task's `circuit_breaker.failure_threshold`.
+pub const TASK_FAILURE_THRESHOLD_SQL: SpecInt = SpecInt {
+    path: "t.spec->'circuit_breaker'->>'failure_threshold'",
+    cast: "int",
+    default: crate::domain::task::DEFAULT_FAILURE_THRESHOLD as i64,
+};
+
 /// What went wrong in the database, in the product's terms.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
