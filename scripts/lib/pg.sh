@@ -45,20 +45,68 @@ pg_find_bindir() {
             return 0
         fi
     done < <(printf '%s\n' /usr/lib/postgresql/*/bin | sort -rV)
+    # Homebrew's postgresql@N formulae are keg-only: not on PATH.
+    if command -v brew >/dev/null 2>&1; then
+        while IFS= read -r dir; do
+            if [[ -x $dir/initdb && -x $dir/pg_ctl ]]; then
+                PG_BINDIR=$dir
+                return 0
+            fi
+        done < <(printf '%s\n' "$(brew --prefix)"/opt/postgresql@*/bin | sort -rV)
+    fi
     return 1
 }
 
-# pg_find_bindir, or exit 1 saying what to install.
+# Install PostgreSQL's server binaries with the platform's package manager, saying what it runs:
+# apt on Debian and Ubuntu (as root, or through sudo), Homebrew on macOS. Elsewhere, print the
+# commands to run and return 1. KAIROS_PG_INSTALL=0 turns installing off (print only).
+pg_install_server() {
+    local -a sudo=()
+    if [[ ${KAIROS_PG_INSTALL:-1} == 0 ]]; then
+        pg_log "not installing (KAIROS_PG_INSTALL=0)."
+    elif [[ -r /etc/os-release ]] && grep -qiE '^(ID|ID_LIKE)=.*(debian|ubuntu)' /etc/os-release \
+        && command -v apt-get >/dev/null 2>&1; then
+        if [[ $(id -u) -ne 0 ]]; then
+            if command -v sudo >/dev/null 2>&1; then
+                sudo=(sudo)
+            else
+                pg_log "error: installing needs root, and sudo is not available."
+                pg_log "As root, run:  apt-get update && apt-get install -y postgresql"
+                return 1
+            fi
+        fi
+        pg_log "installing PostgreSQL's server binaries (Debian package postgresql):"
+        pg_log "  ${sudo[*]:+${sudo[*]} }apt-get update && ${sudo[*]:+${sudo[*]} }apt-get install -y postgresql"
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update &&
+            "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql &&
+            return 0
+        pg_log "error: apt-get failed (above)."
+        return 1
+    elif [[ $(uname -s) == Darwin ]] && command -v brew >/dev/null 2>&1; then
+        pg_log "installing PostgreSQL's server binaries with Homebrew:  brew install postgresql@16"
+        brew install postgresql@16 && return 0
+        pg_log "error: brew install failed (above)."
+        return 1
+    fi
+    pg_log "Install PostgreSQL's server binaries (initdb, pg_ctl), for example:"
+    pg_log "  Debian/Ubuntu:  sudo apt-get install -y postgresql"
+    pg_log "  Fedora/RHEL:    sudo dnf install -y postgresql-server"
+    pg_log "  macOS:          brew install postgresql@16"
+    pg_log "then run this again, or set KAIROS_PG_BINDIR to their directory, or DATABASE_URL to an"
+    pg_log "existing PostgreSQL server (the role needs CREATEDB)."
+    return 1
+}
+
+# pg_find_bindir; when none is found, install the server binaries (pg_install_server) and look
+# again; exit 1 saying what to do if that fails.
 pg_require_bindir() {
     if ! pg_find_bindir; then
         if [[ -n ${KAIROS_PG_BINDIR:-} ]]; then
-            pg_log "error: KAIROS_PG_BINDIR=$KAIROS_PG_BINDIR has no initdb and pg_ctl."
-        else
-            pg_log "error: PostgreSQL server binaries (initdb, pg_ctl) not found on PATH or in /usr/lib/postgresql/*/bin."
+            pg_die "KAIROS_PG_BINDIR=$KAIROS_PG_BINDIR has no initdb and pg_ctl."
         fi
-        pg_log "Install them (Debian/Ubuntu, as root):  apt-get install postgresql"
-        pg_log "or set DATABASE_URL to an existing PostgreSQL server (the role needs CREATEDB)."
-        exit 1
+        pg_log "PostgreSQL server binaries (initdb, pg_ctl) not found on PATH, in /usr/lib/postgresql/*/bin or in Homebrew's prefix."
+        pg_install_server || exit 1
+        pg_find_bindir || pg_die "the install finished but initdb and pg_ctl are still not found."
     fi
     pg_log "using PostgreSQL from $PG_BINDIR ($("$PG_BINDIR/postgres" --version 2>/dev/null || echo 'version unknown'))"
 }
