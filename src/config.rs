@@ -374,6 +374,12 @@ impl Config {
                 "must be from 16 to 1000000",
             ));
         }
+        if self.claim_max_waiters == 0 {
+            return Err(invalid(
+                "claim_max_waiters",
+                "must be at least 1 (use wait_seconds 0 on claims to avoid long polls)",
+            ));
+        }
         if self.claim_max_waiters >= self.http_max_connections {
             return Err(invalid(
                 "claim_max_waiters",

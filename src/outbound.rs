@@ -361,6 +361,9 @@ pub struct Answer {
 
 /// The reason a request failed; a refused destination is named as such.
 fn describe(e: reqwest::Error) -> String {
+    // The URL's path and query may hold secrets, and this text is stored where non-admins read
+    // it (`error`, event reasons): the host is all it may name.
+    let e = e.without_url();
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(&e);
     while let Some(c) = cur {
         if let Some(r) = c.downcast_ref::<Refused>() {
@@ -493,6 +496,23 @@ mod tests {
             strict.refuse_url("http://127.0.0.1:9/").as_deref(),
             Some("destination 127.0.0.1 refused: loopback")
         );
+    }
+
+    #[tokio::test]
+    async fn a_failed_send_names_the_host_but_never_the_path_or_query() {
+        // A port nothing listens on: the connection is refused at once.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+        let client = Client::new(Policy::default()).expect("client");
+        let url = format!("http://127.0.0.1:{port}/hooks/s3cr3t-path?key=s3cr3t-query");
+        let err = client
+            .post(&url, b"{}", None, &[], std::time::Duration::from_secs(5))
+            .await
+            .expect_err("nothing listens");
+        assert!(err.starts_with("connection failed"), "{err}");
+        assert!(!err.contains("s3cr3t"), "{err}");
     }
 
     #[tokio::test]

@@ -83,6 +83,27 @@ async fn a_client_trickling_its_headers_is_cut_off(pool: PgPool) {
 }
 
 #[sqlx::test]
+async fn a_client_that_connects_and_sends_nothing_is_cut_off(pool: PgPool) {
+    let mut opts = Options::api_only("idle");
+    opts.server.header_read_timeout = Duration::from_secs(1);
+    let app = TestApp::spawn_opts(pool, opts).await;
+    let mut silent = TcpStream::connect(app.addr).await.expect("connect");
+    assert!(
+        closed_within(&mut silent, Duration::from_secs(5)).await,
+        "a connection that never sent a byte was kept past the header-read timeout"
+    );
+    // So is one that idles after a first request (keep-alive).
+    let mut idle = TcpStream::connect(app.addr).await.expect("connect");
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .expect("write");
+    assert!(
+        closed_within(&mut idle, Duration::from_secs(5)).await,
+        "an idle keep-alive connection was kept past the header-read timeout"
+    );
+}
+
+#[sqlx::test]
 async fn connections_past_the_cap_wait_until_one_closes(pool: PgPool) {
     let mut opts = Options::api_only("cap");
     opts.server = ServerLimits {

@@ -148,6 +148,10 @@ async fn claim(
             _ = tokio::time::sleep_until(until) => {}
             _ = &mut notified => {}
         }
+        if state.shutdown.is_cancelled() {
+            // A replica that is stopping takes no new work, not even for a waiting claim.
+            return Ok(Json(json!({ "instances": [] })));
+        }
     }
 }
 

@@ -144,7 +144,9 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
 }
 
 /// Cut off a request that takes longer than `http_request_timeout_seconds` (a long poll gets its
-/// longest wait on top): 408. Work done so far is rolled back with its transaction.
+/// longest wait on top): 408. A transaction the handler held is rolled back; a write already
+/// handed to group commit (single complete, fail, heartbeat) still commits, so a retry of it may
+/// find the instance already moved on (409).
 async fn request_timeout(
     axum::extract::State(state): axum::extract::State<AppState>,
     req: axum::extract::Request,

@@ -46,12 +46,14 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // HTTP/1 only: its header-read timer runs from the connection's first moment (a client that
+    // connects and sends nothing, or idles between requests, is cut off too). Detecting HTTP/2
+    // first would wait for bytes without any timeout.
+    let mut builder = auto::Builder::new(TokioExecutor::new()).http1_only();
     builder
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
-    builder.http2().timer(TokioTimer::new());
     let builder = Arc::new(builder);
     let mut at_cap_logged = false;
 

@@ -208,10 +208,9 @@ impl WebhookDispatcher {
                     .client
                     .post(&t.url, &bytes, Some(&t.secret), &headers, t.wait);
                 tokio::select! {
+                    // An answer that has arrived wins over a shutdown at the same moment: a
+                    // finished push is recorded as what it was, never as failed.
                     biased;
-                    _ = shutdown.cancelled() => {
-                        return self.record_failure(&c, SHUTDOWN_REASON.to_owned(), true).await;
-                    }
                     a = send => a.map_err(|reason| {
                         if reason == outbound::NO_ANSWER {
                             format!("no answer within {}s ({})", t.wait.as_secs(), t.bound_by)
@@ -219,6 +218,9 @@ impl WebhookDispatcher {
                             reason
                         }
                     }),
+                    _ = shutdown.cancelled() => {
+                        return self.record_failure(&c, SHUTDOWN_REASON.to_owned(), true).await;
+                    }
                 }
             }
         };
