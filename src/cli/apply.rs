@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use super::client::{Client, Error};
 use super::{Output, print_json, task_path};
+use crate::domain::task::parse_timestamp;
 
 #[derive(Args, Debug)]
 pub struct ApplyArgs {
@@ -209,13 +210,21 @@ fn walk(path: &str, new: &Value, old: &Value, out: &mut Vec<Change>) {
             }
         }
         (Value::Number(n), Value::Number(o)) if n.as_f64() == o.as_f64() => {}
-        (Value::String(n), Value::String(o)) if n.trim() == o.trim() => {}
+        (Value::String(n), Value::String(o)) if n.trim() == o.trim() || same_instant(n, o) => {}
         _ if new == old => {}
         _ => out.push(Change {
             path: path.to_owned(),
             old: old.clone(),
             new: new.clone(),
         }),
+    }
+}
+
+/// Two RFC 3339 strings naming the same second (the API stores `once.at` in UTC, truncated).
+fn same_instant(a: &str, b: &str) -> bool {
+    match (parse_timestamp(a.trim()), parse_timestamp(b.trim())) {
+        (Some(x), Some(y)) => x == y,
+        _ => false,
     }
 }
 
@@ -362,6 +371,15 @@ mod tests {
         );
         assert_eq!(changes[0].old, json!(3));
         assert_eq!(changes[0].new, json!(5));
+    }
+
+    #[test]
+    fn the_same_instant_in_another_offset_is_no_change() {
+        let file = json!({"trigger": {"type": "once", "at": "2026-12-01T08:00:00+08:00"}});
+        let registered = json!({"trigger": {"type": "once", "at": "2026-12-01T00:00:00Z"}});
+        assert!(diff(&file, &registered).is_empty());
+        let later = json!({"trigger": {"type": "once", "at": "2026-12-01T09:00:00+08:00"}});
+        assert_eq!(diff(&later, &registered).len(), 1);
     }
 
     #[test]
