@@ -3,7 +3,8 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+use kairos::cli::{self, Conn, InstanceCommand, TaskCommand};
 use kairos::config::Config;
 use kairos::domain::schedule::{CronSchedule, format_instant};
 
@@ -28,6 +29,25 @@ enum Command {
     Cron {
         #[command(subcommand)]
         command: CronCommand,
+    },
+    /// Manage tasks on a running daemon.
+    Task {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        command: TaskCommand,
+    },
+    /// Inspect, retry and cancel instances on a running daemon.
+    Instance {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        command: InstanceCommand,
+    },
+    /// Print a shell completion script, e.g. `kairos completions bash > /etc/bash_completion.d/kairos`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
     },
 }
 
@@ -61,6 +81,12 @@ fn main() -> ExitCode {
                     from,
                 },
         } => cron_next(&expr, &timezone, count, from.as_deref()),
+        Command::Task { conn, command } => cli::run_task(conn, command),
+        Command::Instance { conn, command } => cli::run_instance(conn, command),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "kairos", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
         cmd @ (Command::Serve | Command::Migrate) => {
             let cfg = match Config::load() {
                 Ok(c) => c,

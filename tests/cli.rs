@@ -1,0 +1,564 @@
+//! The `kairos task` / `kairos instance` command line, run as a person would: the real binary
+//! against a real daemon and database, asserting on its output, exit code and the state it left.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::{TestApp, claim, json};
+use kairos::app::Options;
+use kairos::domain::access::Tokens;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `kairos <args>` against `url` without blocking the runtime the daemon runs on.
+async fn kairos_at(url: String, token: Option<&str>, args: &[&str]) -> Run {
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let token = token.map(str::to_owned);
+    tokio::task::spawn_blocking(move || {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_kairos"));
+        cmd.args(&args)
+            .env("KAIROS_URL", url)
+            .env_remove("KAIROS_TOKEN");
+        if let Some(t) = token {
+            cmd.env("KAIROS_TOKEN", t);
+        }
+        let out = cmd.output().expect("run kairos");
+        Run {
+            code: out.status.code().expect("exit code"),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    })
+    .await
+    .expect("join")
+}
+
+async fn kairos(app: &TestApp, args: &[&str]) -> Run {
+    kairos_at(app.url(""), None, args).await
+}
+
+fn ok(r: &Run) -> &str {
+    assert_eq!(r.code, 0, "stdout: {}\nstderr: {}", r.stdout, r.stderr);
+    &r.stdout
+}
+
+fn parse(r: &Run) -> Value {
+    serde_json::from_str(ok(r)).expect("JSON output")
+}
+
+async fn task_json(app: &TestApp, id: &str) -> (u16, Value) {
+    json(app.get(&format!("/v1/tasks/{id}")).await).await
+}
+
+const A_YAML: &str = "\
+- id: a_report
+  agent_id: agent_a
+  trigger: {type: cron, expr: '0 30 8 * * *', timezone: Asia/Shanghai}
+  execution:
+    max_retries: 3
+- id: a_digest
+  agent_id: agent_a
+  trigger:
+    type: interval
+    every_seconds: 3600
+";
+
+const B_JSON: &str = r#"{"id": "b_sync", "agent_id": "agent_b",
+  "trigger": {"type": "manual"}, "context": {"region": "eu"}}"#;
+
+fn write(dir: &Path, name: &str, text: &str) {
+    std::fs::write(dir.join(name), text).expect("write task file");
+}
+
+#[sqlx::test]
+async fn apply_creates_reports_unchanged_diffs_configures_and_prunes_one_agent(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    // Registered before: one task of agent_a and one of agent_b that no file names.
+    for (id, agent) in [("a_stale", "agent_a"), ("b_other", "agent_b")] {
+        let (s, _) = json(
+            app.put(
+                &format!("/v1/tasks/{id}"),
+                common::cron_task(agent, "0 0 * * *"),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(s, 201);
+    }
+    let dir = tempdir();
+    write(dir.path(), "a.yaml", A_YAML);
+    write(dir.path(), "b.json", B_JSON);
+    write(dir.path(), "notes.txt", "not a task file");
+    let d = dir.path().to_str().expect("utf-8 path");
+
+    let first = kairos(&app, &["task", "apply", "-f", d]).await;
+    assert_eq!(
+        ok(&first),
+        "task a_report created\ntask a_digest created\ntask b_sync created\n",
+        "files sorted by name, tasks in file order"
+    );
+    let (_, t) = task_json(&app, "a_report").await;
+    assert_eq!(t["execution"]["max_retries"], 3);
+    assert_eq!(t["trigger"]["timezone"], "Asia/Shanghai");
+    assert_eq!(t["version"], 1);
+    let (_, b) = task_json(&app, "b_sync").await;
+    assert_eq!(b["context"], json!({"region": "eu"}));
+
+    let again = kairos(&app, &["task", "apply", "-f", d]).await;
+    assert_eq!(
+        ok(&again),
+        "task a_report unchanged\ntask a_digest unchanged\ntask b_sync unchanged\n"
+    );
+    assert_eq!(task_json(&app, "a_report").await.1["version"], 1);
+
+    // Change one field: the dry run names it and writes nothing.
+    write(
+        dir.path(),
+        "a.yaml",
+        &A_YAML.replace("max_retries: 3", "max_retries: 5"),
+    );
+    let dry = kairos(&app, &["task", "apply", "-f", d, "--dry-run"]).await;
+    let out = ok(&dry);
+    assert!(
+        out.contains("task a_report configured (dry run)\n  execution.max_retries: 3 -> 5\n"),
+        "{out}"
+    );
+    assert!(out.contains("task a_digest unchanged (dry run)"), "{out}");
+    assert!(out.contains("task b_sync unchanged (dry run)"), "{out}");
+    let (_, t) = task_json(&app, "a_report").await;
+    assert_eq!(t["execution"]["max_retries"], 3, "a dry run writes nothing");
+    assert_eq!(t["version"], 1);
+
+    // The same dry run for scripts.
+    let dry_json =
+        parse(&kairos(&app, &["task", "apply", "-f", d, "--dry-run", "-o", "json"]).await);
+    let report = dry_json["tasks"]
+        .as_array()
+        .expect("tasks")
+        .iter()
+        .find(|t| t["id"] == "a_report")
+        .cloned()
+        .expect("a_report in report");
+    assert_eq!(report["action"], "configured");
+    assert_eq!(
+        report["changes"],
+        json!([{"path": "execution.max_retries", "old": 3, "new": 5}])
+    );
+
+    let applied = kairos(&app, &["task", "apply", "-f", d]).await;
+    assert!(
+        ok(&applied).contains("task a_report configured\n"),
+        "{}",
+        applied.stdout
+    );
+    let (_, t) = task_json(&app, "a_report").await;
+    assert_eq!(t["execution"]["max_retries"], 5);
+    assert_eq!(t["version"], 2);
+
+    // Pruning: a dry run only names a_stale; the real one deletes it and nothing of agent_b.
+    let prune_dry = kairos(
+        &app,
+        &[
+            "task",
+            "apply",
+            "-f",
+            d,
+            "--prune",
+            "--agent",
+            "agent_a",
+            "--dry-run",
+        ],
+    )
+    .await;
+    assert!(
+        ok(&prune_dry).contains("task a_stale pruned (dry run)"),
+        "{}",
+        prune_dry.stdout
+    );
+    assert_eq!(task_json(&app, "a_stale").await.0, 200);
+
+    let prune = kairos(
+        &app,
+        &["task", "apply", "-f", d, "--prune", "--agent", "agent_a"],
+    )
+    .await;
+    let out = ok(&prune);
+    assert!(out.contains("task a_stale pruned\n"), "{out}");
+    assert!(!out.contains("b_other"), "{out}");
+    assert_eq!(task_json(&app, "a_stale").await.0, 404);
+    assert_eq!(task_json(&app, "b_other").await.0, 200);
+    let remaining: Vec<String> = sqlx::query_scalar("select id from tasks order by id")
+        .fetch_all(&pool)
+        .await
+        .expect("tasks");
+    assert_eq!(remaining, ["a_digest", "a_report", "b_other", "b_sync"]);
+}
+
+#[sqlx::test]
+async fn apply_refuses_duplicate_ids_and_bad_files_before_sending_anything(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let dir = tempdir();
+    write(dir.path(), "a.yaml", A_YAML);
+    write(
+        dir.path(),
+        "b.yml",
+        "id: a_digest\nagent_id: agent_x\ntrigger: {type: manual}\n",
+    );
+    let d = dir.path().to_str().expect("utf-8 path");
+    let dup = kairos(&app, &["task", "apply", "-f", d]).await;
+    assert_eq!(dup.code, 2, "{}", dup.stderr);
+    assert!(
+        dup.stderr.contains("a_digest is defined twice"),
+        "{}",
+        dup.stderr
+    );
+    let count: i64 = sqlx::query_scalar("select count(*) from tasks")
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+    assert_eq!(count, 0, "nothing was registered");
+
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "agent_id: x\n").expect("write");
+    let r = kairos(&app, &["task", "apply", "-f", bad.to_str().expect("path")]).await;
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("has no string `id`"), "{}", r.stderr);
+
+    // A definition the API refuses: exit 1 with every field error on stderr.
+    let invalid = dir.path().join("invalid.json");
+    std::fs::write(
+        &invalid,
+        r#"{"id": "inv", "agent_id": "a", "trigger": {"type": "cron", "expr": "0 9 * * *", "timezone": "Mars/Base"}}"#,
+    )
+    .expect("write");
+    let r = kairos(
+        &app,
+        &["task", "apply", "-f", invalid.to_str().expect("path")],
+    )
+    .await;
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("trigger.timezone"), "{}", r.stderr);
+}
+
+#[sqlx::test]
+async fn task_commands_print_tables_and_json_and_change_the_task(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    for (id, agent) in [("t1", "agent_a"), ("t2", "agent_b")] {
+        let (s, _) = json(
+            app.put(
+                &format!("/v1/tasks/{id}"),
+                common::cron_task(agent, "0 9 * * *"),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(s, 201);
+    }
+
+    let table = kairos(&app, &["task", "list"]).await;
+    let lines: Vec<&str> = ok(&table).lines().collect();
+    assert_eq!(lines.len(), 3, "{}", table.stdout);
+    assert!(lines[0].starts_with("ID  AGENT    TRIGGER"), "{}", lines[0]);
+    assert!(
+        lines[1].starts_with("t1  agent_a  cron 0 9 * * * UTC"),
+        "{}",
+        lines[1]
+    );
+    assert!(lines[1].ends_with("false"), "{}", lines[1]);
+
+    let page = parse(&kairos(&app, &["task", "list", "--agent", "agent_b", "-o", "json"]).await);
+    let ids: Vec<&str> = page["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|t| t["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["t2"]);
+
+    // --all follows next_cursor across pages of one.
+    let all = parse(
+        &kairos(
+            &app,
+            &["task", "list", "--limit", "1", "--all", "-o", "json"],
+        )
+        .await,
+    );
+    assert_eq!(all["items"].as_array().expect("items").len(), 2);
+    let one = kairos(&app, &["task", "list", "--limit", "1"]).await;
+    assert!(one.stderr.contains("--cursor"), "{}", one.stderr);
+
+    let paused = kairos(&app, &["task", "pause", "t1", "--reason", "maintenance"]).await;
+    assert_eq!(ok(&paused), "task t1 paused: maintenance\n");
+    let (_, t) = task_json(&app, "t1").await;
+    assert_eq!(t["paused"], true);
+    assert_eq!(t["paused_reason"], "maintenance");
+    let listed = parse(&kairos(&app, &["task", "list", "--paused", "true", "-o", "json"]).await);
+    assert_eq!(listed["items"].as_array().expect("items").len(), 1);
+    ok(&kairos(&app, &["task", "resume", "t1"]).await);
+    assert_eq!(task_json(&app, "t1").await.1["paused"], false);
+
+    let got = parse(&kairos(&app, &["task", "get", "t1", "-o", "json"]).await);
+    assert_eq!(got["id"], "t1");
+    let yaml = kairos(&app, &["task", "get", "t1"]).await;
+    assert!(ok(&yaml).contains("agent_id: agent_a"), "{}", yaml.stdout);
+
+    let preview = parse(
+        &kairos(
+            &app,
+            &[
+                "task",
+                "preview",
+                "t1",
+                "--count",
+                "3",
+                "--from",
+                "2026-11-29T00:00:00Z",
+                "-o",
+                "json",
+            ],
+        )
+        .await,
+    );
+    assert_eq!(preview["windows"][0]["window_key"], "2026-11-29T09:00:00Z");
+    assert_eq!(preview["windows"].as_array().expect("windows").len(), 3);
+
+    let trig = parse(
+        &kairos(
+            &app,
+            &[
+                "task",
+                "trigger",
+                "t1",
+                "--window-key",
+                "rerun-1",
+                "--context",
+                r#"{"k": 1}"#,
+                "-o",
+                "json",
+            ],
+        )
+        .await,
+    );
+    assert_eq!(trig["window_key"], "rerun-1");
+    assert_eq!(trig["status"], "PENDING");
+    let again = kairos(&app, &["task", "trigger", "t1", "--window-key", "rerun-1"]).await;
+    assert!(ok(&again).contains("already exists"), "{}", again.stdout);
+    let bad_ctx = kairos(&app, &["task", "trigger", "t1", "--context", "[1]"]).await;
+    assert_eq!(bad_ctx.code, 2);
+
+    let backfill = kairos(
+        &app,
+        &[
+            "task",
+            "backfill",
+            "t2",
+            "--from",
+            &recent(3),
+            "--to",
+            &recent(0),
+            "--dry-run",
+            "--overlap",
+            "queue",
+        ],
+    )
+    .await;
+    assert!(
+        ok(&backfill).contains("would create"),
+        "{}",
+        backfill.stdout
+    );
+    let written: i64 =
+        sqlx::query_scalar("select count(*) from task_instance where task_id = 't2'")
+            .fetch_one(&pool)
+            .await
+            .expect("count");
+    assert_eq!(written, 0, "a dry-run backfill writes nothing");
+
+    let deleted = kairos(&app, &["task", "delete", "t2"]).await;
+    assert_eq!(ok(&deleted), "task t2 deleted\n");
+    assert_eq!(task_json(&app, "t2").await.0, 404);
+
+    let missing = kairos(&app, &["task", "get", "nope"]).await;
+    assert_eq!(missing.code, 1);
+    assert!(missing.stdout.is_empty());
+    assert!(missing.stderr.contains("404"), "{}", missing.stderr);
+    assert!(missing.stderr.contains("nope"), "{}", missing.stderr);
+}
+
+#[sqlx::test]
+async fn a_dead_instance_is_listed_retried_and_its_events_shown(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let mut task = common::cron_task("agent_d", "0 9 * * *");
+    task["execution"] = json!({"max_retries": 0});
+    let (s, _) = json(app.put("/v1/tasks/once_only", task).await).await;
+    assert_eq!(s, 201);
+    let (s, inst) = json(app.post("/v1/tasks/once_only/trigger", json!({})).await).await;
+    assert_eq!(s, 201);
+    let id = inst["id"].as_str().expect("id").to_owned();
+    let claimed = claim(&app, "agent_d", "w1", 1, json!({})).await;
+    assert_eq!(claimed.len(), 1);
+    let lease = claimed[0]["lease_token"]
+        .as_str()
+        .expect("lease")
+        .to_owned();
+    let (s, failed) = json(
+        app.post(
+            &format!("/v1/instances/{id}/fail"),
+            json!({"lease_token": lease, "error": "boom", "retryable": false}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(failed["status"], "DEAD");
+
+    let list = kairos(&app, &["instance", "list", "--status", "DEAD"]).await;
+    let lines: Vec<&str> = ok(&list).lines().collect();
+    assert_eq!(lines.len(), 2, "{}", list.stdout);
+    assert!(lines[0].starts_with("ID"), "{}", lines[0]);
+    assert!(lines[0].contains("STATUS"), "{}", lines[0]);
+    assert!(lines[1].starts_with(&id), "{}", lines[1]);
+    assert!(lines[1].contains("once_only"), "{}", lines[1]);
+    assert!(lines[1].contains("DEAD"), "{}", lines[1]);
+    let listed = parse(
+        &kairos(
+            &app,
+            &["instance", "list", "--task", "once_only", "-o", "json"],
+        )
+        .await,
+    );
+    assert_eq!(listed["items"][0]["id"], id.as_str());
+
+    let retried = kairos(
+        &app,
+        &["instance", "retry", &id, "--reason", "fixed upstream"],
+    )
+    .await;
+    assert!(ok(&retried).contains("PENDING"), "{}", retried.stdout);
+    let got = parse(&kairos(&app, &["instance", "get", &id, "-o", "json"]).await);
+    assert_eq!(got["status"], "PENDING");
+    assert_eq!(got["attempt"], 2);
+    let status: String =
+        sqlx::query_scalar("select status::text from task_instance where id = $1::uuid")
+            .bind(&id)
+            .fetch_one(&pool)
+            .await
+            .expect("status");
+    assert_eq!(status, "PENDING");
+
+    let events = kairos(&app, &["instance", "events", &id]).await;
+    let out = ok(&events);
+    assert!(out.starts_with("AT"), "{out}");
+    let last = out.lines().last().expect("a line");
+    assert!(last.contains("operator"), "{last}");
+    assert!(last.contains("fixed upstream"), "{last}");
+
+    // Retrying a PENDING instance is an illegal transition: exit 1.
+    let twice = kairos(&app, &["instance", "retry", &id]).await;
+    assert_eq!(twice.code, 1, "{}", twice.stderr);
+    assert!(twice.stderr.contains("409"), "{}", twice.stderr);
+
+    let cancelled = parse(&kairos(&app, &["instance", "cancel", &id, "-o", "json"]).await);
+    assert_eq!(cancelled["status"], "CANCELLED");
+}
+
+#[sqlx::test]
+async fn a_viewer_token_cannot_apply_and_an_unreachable_daemon_is_exit_2(pool: PgPool) {
+    const ADMIN: &str = "admin-token-123";
+    const VIEWER: &str = "viewer-token-123";
+    let mut opts = Options::api_only("cli");
+    opts.tokens =
+        Arc::new(Tokens::parse(&format!("{ADMIN}:admin,{VIEWER}:viewer")).expect("tokens"));
+    let app = TestApp::spawn_opts(pool.clone(), opts).await;
+    let dir = tempdir();
+    write(dir.path(), "b.json", B_JSON);
+    let d = dir.path().to_str().expect("utf-8 path");
+
+    let viewer = kairos_at(app.url(""), Some(VIEWER), &["task", "apply", "-f", d]).await;
+    assert_eq!(viewer.code, 1, "{}", viewer.stderr);
+    assert!(viewer.stderr.contains("403"), "{}", viewer.stderr);
+    let none = kairos_at(app.url(""), None, &["task", "list"]).await;
+    assert_eq!(none.code, 1, "no token: 401");
+    assert_eq!(task_json_with(&app, ADMIN, "b_sync").await, 404);
+
+    let admin = kairos_at(app.url(""), Some(ADMIN), &["task", "apply", "-f", d]).await;
+    assert_eq!(ok(&admin), "task b_sync created\n");
+    let list = kairos_at(app.url(""), Some(VIEWER), &["task", "list", "-o", "json"]).await;
+    assert_eq!(parse(&list)["items"][0]["id"], "b_sync");
+    // --token wins over the environment.
+    let flag = kairos_at(
+        app.url(""),
+        None,
+        &["task", "get", "b_sync", "--token", VIEWER],
+    )
+    .await;
+    ok(&flag);
+
+    let unreachable = kairos_at("http://127.0.0.1:1".into(), Some(ADMIN), &["task", "list"]).await;
+    assert_eq!(unreachable.code, 2);
+    assert!(
+        unreachable.stderr.contains("cannot reach"),
+        "{}",
+        unreachable.stderr
+    );
+    let usage = kairos(&app, &["task", "apply", "-f", d, "--prune"]).await;
+    assert_eq!(usage.code, 2, "--prune needs --agent");
+}
+
+#[test]
+fn completions_are_printed_for_each_shell() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kairos"))
+            .args(["completions", shell])
+            .output()
+            .expect("run kairos");
+        assert!(out.status.success(), "{shell}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("instance"), "{shell}: {text}");
+    }
+}
+
+async fn task_json_with(app: &TestApp, token: &str, id: &str) -> u16 {
+    app.client
+        .get(app.url(&format!("/v1/tasks/{id}")))
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("request")
+        .status()
+        .as_u16()
+}
+
+/// RFC 3339 for `days` days before now, at a whole hour.
+fn recent(days: i64) -> String {
+    let t = chrono::Utc::now() - chrono::Duration::days(days);
+    t.format("%Y-%m-%dT%H:00:00Z").to_string()
+}
+
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tempdir() -> TempDir {
+    let p = std::env::temp_dir().join(format!("kairos-cli-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&p).expect("create temp dir");
+    TempDir(p)
+}
