@@ -237,12 +237,7 @@ async fn agent_tokens_read_only_their_agents_and_non_admins_see_no_url_paths(poo
     // Lists are filtered to the token's agents, whatever the filter asks.
     let (status, page) = call(&app, Some(AGENT_A), Method::GET, "/v1/tasks", None).await;
     assert_eq!(status, 200);
-    let ids: Vec<&str> = page["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .filter_map(|t| t["id"].as_str())
-        .collect();
+    let ids = common::item_strings(&page, "id");
     assert_eq!(ids, ["ta"]);
     let (_, page) = call(
         &app,
@@ -260,12 +255,7 @@ async fn agent_tokens_read_only_their_agents_and_non_admins_see_no_url_paths(poo
     ] {
         let (status, page) = call(&app, Some(AGENT_A), Method::GET, path, None).await;
         assert_eq!(status, 200, "{path}");
-        let tasks: Vec<&str> = page["items"]
-            .as_array()
-            .expect("items")
-            .iter()
-            .filter_map(|i| i["task_id"].as_str())
-            .collect();
+        let tasks = common::item_strings(&page, "task_id");
         assert!(tasks.iter().all(|t| *t == "ta"), "{path}: {tasks:?}");
     }
     // Another agent's task and instance are 404, as if they did not exist.

@@ -275,12 +275,7 @@ async fn task_commands_print_tables_and_json_and_change_the_task(pool: PgPool) {
     assert!(lines[1].ends_with("false"), "{}", lines[1]);
 
     let page = parse(&kairos(&app, &["task", "list", "--agent", "agent_b", "-o", "json"]).await);
-    let ids: Vec<&str> = page["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .filter_map(|t| t["id"].as_str())
-        .collect();
+    let ids = common::item_strings(&page, "id");
     assert_eq!(ids, ["t2"]);
 
     // --all follows next_cursor across pages of one.

@@ -204,7 +204,7 @@ async fn past_claim_max_waiters_a_claim_that_would_wait_gets_429(pool: PgPool) {
         });
     }
     eventually(Duration::from_secs(60), "1,024 waiting claims", || async {
-        (gauge("kairos_claim_waiters") >= max as u64).then_some(())
+        (metric("kairos_claim_waiters") >= max as u64).then_some(())
     })
     .await;
     let refused = app
@@ -236,11 +236,8 @@ async fn past_claim_max_waiters_a_claim_that_would_wait_gets_429(pool: PgPool) {
     }
 }
 
-fn gauge(name: &str) -> u64 {
-    counter(name)
-}
-
-fn counter(name_and_labels: &str) -> u64 {
+/// The value of a counter or gauge (`name{labels}`) in this process's metrics.
+fn metric(name_and_labels: &str) -> u64 {
     let Some(handle) = kairos::telemetry::metrics_handle() else {
         panic!("metrics recorder not installed");
     };
@@ -274,19 +271,19 @@ async fn waiters_of_one_agent_wake_only_as_many_as_there_is_work_for(pool: PgPoo
         });
     }
     eventually(Duration::from_secs(10), "20 waiters", || async {
-        (counter(empty) >= 20).then_some(())
+        (metric(empty) >= 20).then_some(())
     })
     .await;
-    let before = counter(empty);
+    let before = metric(empty);
 
     // One trigger, one notification: one waiter looks and takes it; nobody else looks.
     trigger(&app, "h").await;
     eventually(Duration::from_secs(5), "a waiter answered", || async {
-        (counter(r#"kairos_claims_total{outcome="claimed"}"#) >= 1).then_some(())
+        (metric(r#"kairos_claims_total{outcome="claimed"}"#) >= 1).then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let woken_empty = counter(empty) - before;
+    let woken_empty = metric(empty) - before;
     assert!(
         woken_empty <= 1,
         "{woken_empty} waiters woke for one instance and found nothing"
@@ -306,11 +303,11 @@ async fn waiters_of_one_agent_wake_only_as_many_as_there_is_work_for(pool: PgPoo
         .await
         .expect("notify");
     eventually(Duration::from_secs(5), "three more claimed", || async {
-        (counter(r#"kairos_claims_total{outcome="claimed"}"#) >= 4).then_some(())
+        (metric(r#"kairos_claims_total{outcome="claimed"}"#) >= 4).then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let woken_empty = counter(empty) - before;
+    let woken_empty = metric(empty) - before;
     assert!(
         woken_empty <= 2,
         "{woken_empty} empty looks for four instances"

@@ -248,6 +248,16 @@ async fn list(
     }
 }
 
+/// A list page: the API's JSON, or a table of its items and a hint at the next page.
+fn show_page(out: Output, page: &Value, print_rows: fn(&[Value])) {
+    if out == Output::Json {
+        print_json(page);
+    } else {
+        print_rows(items(page));
+        hint_next_page(page);
+    }
+}
+
 fn hint_next_page(page: &Value) {
     if let Some(c) = page.get("next_cursor").and_then(Value::as_str) {
         eprintln!("(more: --cursor {c}, or --all)");
@@ -268,12 +278,7 @@ async fn task(client: &Client, out: Output, cmd: TaskCommand) -> Result<(), Erro
             push(&mut q, "paused", paused);
             push(&mut q, "limit", limit);
             let page = list(client, "/v1/tasks", q, cursor, all).await?;
-            if out == Output::Json {
-                print_json(&page);
-            } else {
-                print_tasks(items(&page));
-                hint_next_page(&page);
-            }
+            show_page(out, &page, print_tasks);
         }
         TaskCommand::Get { id } => {
             let t = client.get(&task_path(&id), &[]).await?;
@@ -430,12 +435,7 @@ async fn instance(client: &Client, out: Output, cmd: InstanceCommand) -> Result<
             push(&mut q, "to", to);
             push(&mut q, "limit", limit);
             let page = list(client, "/v1/instances", q, cursor, all).await?;
-            if out == Output::Json {
-                print_json(&page);
-            } else {
-                print_instances(items(&page));
-                hint_next_page(&page);
-            }
+            show_page(out, &page, print_instances);
         }
         InstanceCommand::Get { id } => {
             let i = client.get(&instance_path(&id), &[]).await?;

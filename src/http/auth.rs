@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::error::ApiError;
+use super::extract::{is_json, media_type};
 use crate::domain::access::{Principal, action_of, allows};
 
 /// Routes anyone may call: liveness and readiness probes carry no token.
@@ -98,12 +99,8 @@ fn open_mode_check(req: &Request) -> Result<(), ApiError> {
         || headers.contains_key(header::TRANSFER_ENCODING);
     let content_type = headers.get(header::CONTENT_TYPE);
     if has_body || content_type.is_some() {
-        let ct = content_type
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_ascii_lowercase();
-        let mime = ct.split(';').next().unwrap_or("").trim();
-        if !(mime == "application/json" || mime.ends_with("+json")) {
+        let mime = content_type.map(media_type).unwrap_or_default();
+        if !is_json(&mime) {
             return Err(ApiError::UnsupportedMediaType(format!(
                 "without auth_tokens a request body must be sent as content-type application/json, not {mime:?}"
             )));

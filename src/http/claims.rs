@@ -156,12 +156,14 @@ async fn claim(
 }
 
 /// A long poll's place among `claim_max_waiters`, counted in `kairos_claim_waiters`.
-struct WaitSlot(#[allow(dead_code)] OwnedSemaphorePermit);
+struct WaitSlot {
+    _permit: OwnedSemaphorePermit,
+}
 
 impl WaitSlot {
     fn new(permit: OwnedSemaphorePermit) -> Self {
         metrics::gauge!("kairos_claim_waiters").increment(1.0);
-        Self(permit)
+        Self { _permit: permit }
     }
 }
 

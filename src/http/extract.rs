@@ -24,9 +24,8 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
-            let ct = ct.to_str().unwrap_or("").to_ascii_lowercase();
-            let mime = ct.split(';').next().unwrap_or("").trim();
-            if !(mime == "application/json" || mime.ends_with("+json")) {
+            let mime = media_type(ct);
+            if !is_json(&mime) {
                 return Err(ApiError::UnsupportedMediaType(format!(
                     "content-type must be application/json, not {mime:?}"
                 )));
@@ -75,6 +74,17 @@ pub async fn refuse_unstorable_path(req: Request, next: Next) -> Response {
         Err(_) => {}
     }
     next.run(Request::from_parts(parts, body)).await
+}
+
+/// The media type of a `Content-Type` value, lower case, without parameters.
+pub fn media_type(content_type: &axum::http::HeaderValue) -> String {
+    let ct = content_type.to_str().unwrap_or("").to_ascii_lowercase();
+    ct.split(';').next().unwrap_or("").trim().to_owned()
+}
+
+/// `application/json` or any `+json` type.
+pub fn is_json(media_type: &str) -> bool {
+    media_type == "application/json" || media_type.ends_with("+json")
 }
 
 /// Query parameters by name, with typed getters that report the parameter by name.

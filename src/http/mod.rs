@@ -157,11 +157,12 @@ async fn request_timeout(
     if req.uri().path() == "/v1/claims" {
         limit += std::time::Duration::from_secs(state.claims.max_wait_seconds.unsigned_abs());
     }
-    let method = req.method().clone();
-    let path = req.uri().path().to_owned();
+    // Both are reference-counted: no copy on the way in, read only on a timeout.
+    let (method, uri) = (req.method().clone(), req.uri().clone());
     match tokio::time::timeout(limit, next.run(req)).await {
         Ok(resp) => resp,
         Err(_) => {
+            let path = uri.path();
             tracing::warn!(%method, %path, timeout_s = limit.as_secs(), reason = "request timeout", "request cut off");
             ApiError::RequestTimeout(format!(
                 "the request did not finish within {} s",

@@ -93,8 +93,13 @@ fn visible_task(t: &Task, principal: &Principal) -> Result<Value, ApiError> {
 }
 
 fn task_response(status: StatusCode, t: &Task) -> Response {
-    let mut resp = (status, Json(task_json(t))).into_response();
-    if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", t.version)) {
+    with_etag(status, task_json(t), t.version)
+}
+
+/// A task view with the task's version as a strong `ETag`.
+fn with_etag(status: StatusCode, view: Value, version: i64) -> Response {
+    let mut resp = (status, Json(view)).into_response();
+    if let Ok(etag) = HeaderValue::from_str(&format!("\"{version}\"")) {
         resp.headers_mut().insert(header::ETAG, etag);
     }
     resp
@@ -172,11 +177,11 @@ async fn get_task(
     let task = store_tasks::get_task(&state.pool, &id)
         .await
         .map_err(|e| not_found_task(e, &id))?;
-    let mut resp = Json(visible_task(&task, &principal)?).into_response();
-    if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", task.version)) {
-        resp.headers_mut().insert(header::ETAG, etag);
-    }
-    Ok(resp)
+    Ok(with_etag(
+        StatusCode::OK,
+        visible_task(&task, &principal)?,
+        task.version,
+    ))
 }
 
 /// Webhook and notification URLs must name an allowed host (`outbound_allowed_hosts`) and,

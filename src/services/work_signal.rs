@@ -96,12 +96,6 @@ impl WorkSignal {
         }
     }
 
-    /// Requests waiting now, over every agent.
-    pub fn waiting(&self) -> usize {
-        let agents = self.agents.lock().unwrap_or_else(PoisonError::into_inner);
-        agents.values().map(|(_, n)| n).sum()
-    }
-
     /// A notification for `payload`: the dispatcher hears every one; of the agent's waiting
     /// requests only the longest waiting wakes ([`WAKE_ALL`] wakes everyone).
     fn notify(&self, payload: &str) {

@@ -398,14 +398,7 @@ pub async fn list_instances(pool: &PgPool, f: &InstanceFilter) -> Result<Vec<Ins
     if let Some(t) = &f.task_id {
         q.push(" and task_id = ").push_bind(t.clone());
     }
-    if let Some(a) = &f.agent_id {
-        q.push(" and agent_id = ").push_bind(a.clone());
-    }
-    if let Some(agents) = &f.agents_in {
-        q.push(" and agent_id = any(")
-            .push_bind(agents.clone())
-            .push(")");
-    }
+    super::push_agent_filters(&mut q, &f.agent_id, &f.agents_in);
     if !f.statuses.is_empty() {
         let names: Vec<String> = f.statuses.iter().map(|s| s.as_str().to_owned()).collect();
         q.push(" and status = any(").push_bind(names).push(")");

@@ -24,6 +24,23 @@ pub const TASKS_CHANNEL: &str = "kairos_tasks";
 /// waking long-polling claims.
 pub const WORK_CHANNEL: &str = "kairos_work";
 
+/// ` and agent_id = $a` and ` and agent_id = any($b)`: a list's agent filter and a token's agent
+/// scope, shared by the task and instance lists.
+pub(crate) fn push_agent_filters(
+    q: &mut sqlx::QueryBuilder<sqlx::Postgres>,
+    agent_id: &Option<String>,
+    agents_in: &Option<Vec<String>>,
+) {
+    if let Some(a) = agent_id {
+        q.push(" and agent_id = ").push_bind(a.clone());
+    }
+    if let Some(agents) = agents_in {
+        q.push(" and agent_id = any(")
+            .push_bind(agents.clone())
+            .push(")");
+    }
+}
+
 /// SQL reading an integer of a task's stored spec (`t` is the `tasks` row), with the domain's
 /// default for specs stored without it: the default has one home, in `domain::task`.
 pub struct SpecInt {

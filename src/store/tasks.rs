@@ -80,14 +80,7 @@ pub async fn list_tasks(pool: &PgPool, f: &TaskFilter) -> Result<Vec<Task>> {
     let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new(format!(
         "select {TASK_COLUMNS} from tasks where true"
     ));
-    if let Some(a) = &f.agent_id {
-        q.push(" and agent_id = ").push_bind(a.clone());
-    }
-    if let Some(agents) = &f.agents_in {
-        q.push(" and agent_id = any(")
-            .push_bind(agents.clone())
-            .push(")");
-    }
+    super::push_agent_filters(&mut q, &f.agent_id, &f.agents_in);
     if let Some(p) = f.paused {
         q.push(" and paused = ").push_bind(p);
     }

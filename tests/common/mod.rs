@@ -116,6 +116,14 @@ pub async fn json(resp: Response) -> (u16, Value) {
     (status, v)
 }
 
+/// The string `key` of every item of a list page (`{"items": [...]}`).
+pub fn item_strings<'a>(page: &'a Value, key: &str) -> Vec<&'a str> {
+    page["items"]
+        .as_array()
+        .map(|items| items.iter().filter_map(|i| i[key].as_str()).collect())
+        .unwrap_or_default()
+}
+
 /// Poll `check` until it returns `Some`, or panic after `deadline`.
 pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut check: F) -> T
 where
