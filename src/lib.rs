@@ -22,3 +22,5 @@ pub mod services;
 pub mod store;
 /// Logging subscriber and the Prometheus metrics recorder.
 pub mod telemetry;
+/// The operators' console at `/ui/`: server-rendered pages over the store, same tokens and roles.
+pub mod ui;

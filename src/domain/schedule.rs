@@ -8,7 +8,7 @@ mod cron;
 
 use chrono::{DateTime, Utc};
 
-pub use cron::{CronSchedule, ScheduleError};
+pub use cron::{CronSchedule, DstNote, ScheduleError};
 
 /// A trigger reduced to what the trigger loop needs: a sequence of window instants.
 #[derive(Debug, Clone)]

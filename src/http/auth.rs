@@ -12,9 +12,10 @@ use super::error::ApiError;
 use super::extract::{is_json, media_type};
 use crate::domain::access::{Principal, action_of, allows};
 
-/// Routes anyone may call: liveness and readiness probes carry no token.
+/// Routes this middleware lets through: liveness and readiness probes carry no token, and the
+/// console (`/ui/…`) authenticates with its own cookie session (`crate::ui`).
 fn is_public(path: &str) -> bool {
-    matches!(path, "/healthz" | "/readyz")
+    matches!(path, "/healthz" | "/readyz" | "/ui") || path.starts_with("/ui/")
 }
 
 fn bearer(req: &Request) -> Option<&str> {
@@ -76,6 +77,26 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
 /// 403), and a body that is not JSON (HTML forms: 415).
 fn open_mode_check(req: &Request) -> Result<(), ApiError> {
     let headers = req.headers();
+    open_mode_addressing(headers)?;
+    let has_body = headers
+        .get(header::CONTENT_LENGTH)
+        .is_some_and(|v| v.as_bytes() != b"0")
+        || headers.contains_key(header::TRANSFER_ENCODING);
+    let content_type = headers.get(header::CONTENT_TYPE);
+    if has_body || content_type.is_some() {
+        let mime = content_type.map(media_type).unwrap_or_default();
+        if !is_json(&mime) {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "without auth_tokens a request body must be sent as content-type application/json, not {mime:?}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The open-mode addressing checks shared with the console: the `Host` must be a loopback name
+/// or address (DNS rebinding: 421) and an `Origin`, when sent, loopback too (cross-site: 403).
+pub fn open_mode_addressing(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
     if let Some(host) = headers.get(header::HOST) {
         let host = host.to_str().unwrap_or("");
         if !is_loopback_authority(host) {
@@ -90,19 +111,6 @@ fn open_mode_check(req: &Request) -> Result<(), ApiError> {
         if !is_loopback_authority(authority) {
             return Err(ApiError::Forbidden(format!(
                 "without auth_tokens kairos refuses cross-site requests (Origin {origin:?})"
-            )));
-        }
-    }
-    let has_body = headers
-        .get(header::CONTENT_LENGTH)
-        .is_some_and(|v| v.as_bytes() != b"0")
-        || headers.contains_key(header::TRANSFER_ENCODING);
-    let content_type = headers.get(header::CONTENT_TYPE);
-    if has_body || content_type.is_some() {
-        let mime = content_type.map(media_type).unwrap_or_default();
-        if !is_json(&mime) {
-            return Err(ApiError::UnsupportedMediaType(format!(
-                "without auth_tokens a request body must be sent as content-type application/json, not {mime:?}"
             )));
         }
     }

@@ -68,7 +68,7 @@ async fn get_instance(
     Ok(Json(v))
 }
 
-fn parse_cursor(raw: &str) -> Result<(DateTime<Utc>, Uuid), ApiError> {
+pub(crate) fn parse_cursor(raw: &str) -> Result<(DateTime<Utc>, Uuid), ApiError> {
     let bad = || ApiError::invalid("cursor", "is not a cursor this server issued");
     let text = decode_cursor(raw)?;
     let (micros, id) = text.split_once('|').ok_or_else(bad)?;
@@ -123,9 +123,7 @@ async fn list_instances(
     let mut items = store_instances::list_instances(&state.pool, &filter).await?;
     let next_cursor = if items.len() as i64 > limit {
         items.truncate(limit as usize);
-        items
-            .last()
-            .map(|i| encode_cursor(&format!("{}|{}", i.scheduled_at.timestamp_micros(), i.id)))
+        items.last().map(instance_cursor)
     } else {
         None
     };
@@ -133,6 +131,11 @@ async fn list_instances(
         "items": items.iter().map(instance_json).collect::<Vec<_>>(),
         "next_cursor": next_cursor,
     })))
+}
+
+/// The list cursor that continues after `i` (newest first).
+pub(crate) fn instance_cursor(i: &Instance) -> String {
+    encode_cursor(&format!("{}|{}", i.scheduled_at.timestamp_micros(), i.id))
 }
 
 async fn heartbeat(
@@ -253,10 +256,9 @@ fn reason_of(body: Value, default: &str) -> Result<String, ApiError> {
     Ok(string_field(&m, "reason", false, MAX_REASON_LEN)?.unwrap_or_else(|| default.to_owned()))
 }
 
-/// An operator action on one instance: what it does, its default reason, and its log line.
+/// An operator action on one instance: what it does and its default reason.
 struct OperatorAction {
     default_reason: &'static str,
-    logged_as: &'static str,
     retry: bool,
 }
 
@@ -268,14 +270,30 @@ async fn operator_action(
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_instance_id(id)?;
     let reason = reason_of(body, action.default_reason)?;
-    let done = if action.retry {
-        store_instances::operator_retry(&state.pool, id, "operator", &reason).await
+    let inst = operator_move(state, id, action.retry, &reason).await?;
+    Ok(Json(instance_json(&inst)))
+}
+
+/// An operator retry (`retry`) or cancel of one instance, logged; shared with the console.
+pub(crate) async fn operator_move(
+    state: &AppState,
+    id: Uuid,
+    retry: bool,
+    reason: &str,
+) -> Result<Instance, ApiError> {
+    let done = if retry {
+        store_instances::operator_retry(&state.pool, id, "operator", reason).await
     } else {
-        store_instances::operator_cancel(&state.pool, id, "operator", &reason).await
+        store_instances::operator_cancel(&state.pool, id, "operator", reason).await
     };
     let inst = done.map_err(|e| not_found_instance(e, &id))?;
-    tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, reason = %reason, "{}", action.logged_as);
-    Ok(Json(instance_json(&inst)))
+    let what = if retry {
+        "instance retried by operator"
+    } else {
+        "instance cancelled by operator"
+    };
+    tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, reason = %reason, "{what}");
+    Ok(inst)
 }
 
 async fn retry(
@@ -285,7 +303,6 @@ async fn retry(
 ) -> Result<Json<Value>, ApiError> {
     let action = OperatorAction {
         default_reason: "retried by operator",
-        logged_as: "instance retried by operator",
         retry: true,
     };
     operator_action(&state, &id, body, action).await
@@ -298,7 +315,6 @@ async fn cancel(
 ) -> Result<Json<Value>, ApiError> {
     let action = OperatorAction {
         default_reason: "cancelled by operator",
-        logged_as: "instance cancelled by operator",
         retry: false,
     };
     operator_action(&state, &id, body, action).await

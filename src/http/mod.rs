@@ -113,6 +113,7 @@ fn table() -> RouteTable {
     let t = tasks::routes(t);
     let t = instances::routes(t);
     let t = claims::routes(t);
+    let t = crate::ui::routes(t);
     health::routes(t)
 }
 

@@ -66,7 +66,7 @@ pub fn task_json(t: &Task) -> Value {
 
 /// The task as `principal` may see it: another agent's task is 404 for an agent token limited
 /// to some agents, and only admins see the path and query of webhook and notification URLs.
-fn visible_task(t: &Task, principal: &Principal) -> Result<Value, ApiError> {
+pub(crate) fn visible_task(t: &Task, principal: &Principal) -> Result<Value, ApiError> {
     if !principal.may_read(&t.spec.agent_id) {
         tracing::debug!(principal = %principal.label, task_id = %t.spec.id.as_str(), reason = "another agent's task", "read hidden");
         return Err(ApiError::NotFound(format!(
@@ -219,7 +219,7 @@ fn check_outbound_hosts(
     }
 }
 
-fn not_found_task(e: store::Error, id: &str) -> ApiError {
+pub(crate) fn not_found_task(e: store::Error, id: &str) -> ApiError {
     match e {
         store::Error::NotFound => ApiError::NotFound(format!("no task with id {id:?}")),
         other => other.into(),
@@ -249,6 +249,7 @@ async fn list_tasks(
         agent_id: q.str("agent_id").map(str::to_owned),
         agents_in: principal.readable_agents().map(<[String]>::to_vec),
         paused: q.bool("paused")?,
+        trigger_type: None,
         after_id,
         limit: limit + 1,
     };
@@ -521,10 +522,6 @@ async fn backfill_task(
     };
     let from = stamp("from")?;
     let to = stamp("to")?;
-    if to <= from {
-        return Err(ApiError::invalid("to", "must be after from"));
-    }
-    check_retention(&state, &id, "from", from, retention_cutoff(&state).await?)?;
     let dry_run = match m.get("dry_run") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
@@ -556,10 +553,7 @@ async fn backfill_task(
         overlap,
         reprocess,
     };
-    let report = store_instances::backfill(&state.pool, &id, &req, "backfill")
-        .await
-        .map_err(|e| not_found_task(e, &id))?;
-    tracing::info!(task_id = %id, from = %format_instant(from), to = %format_instant(to), dry_run, overlap = ?overlap, reprocess = ?reprocess, created = report.created, existing = report.existing, skipped = report.skipped, cancelled = report.cancelled, reprocessed = report.reprocessed, "backfill");
+    let report = run_backfill(&state, &id, &req).await?;
     let mut out = json!({
         "dry_run": dry_run,
         "created": report.created,
@@ -576,4 +570,22 @@ async fn backfill_task(
             .collect();
     }
     Ok(Json(out))
+}
+
+/// A backfill as the API and the console run it: `to` after `from`, `from` within retention,
+/// then the store's backfill, logged.
+pub(crate) async fn run_backfill(
+    state: &AppState,
+    id: &str,
+    req: &Backfill,
+) -> Result<store_instances::BackfillReport, ApiError> {
+    if req.to <= req.from {
+        return Err(ApiError::invalid("to", "must be after from"));
+    }
+    check_retention(state, id, "from", req.from, retention_cutoff(state).await?)?;
+    let report = store_instances::backfill(&state.pool, id, req, "backfill")
+        .await
+        .map_err(|e| not_found_task(e, id))?;
+    tracing::info!(task_id = %id, from = %format_instant(req.from), to = %format_instant(req.to), dry_run = req.dry_run, overlap = ?req.overlap, reprocess = ?req.reprocess, created = report.created, existing = report.existing, skipped = report.skipped, cancelled = report.cancelled, reprocessed = report.reprocessed, "backfill");
+    Ok(report)
 }

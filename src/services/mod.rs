@@ -44,15 +44,25 @@ impl Heartbeats {
     /// Loops that have not ticked within three times their promise (and at least 15 s), with
     /// the seconds since their last tick.
     pub fn stale(&self) -> Vec<(&'static str, f64)> {
+        self.snapshot()
+            .into_iter()
+            .filter(|(_, _, ok)| !ok)
+            .map(|(name, age, _)| (name, age))
+            .collect()
+    }
+
+    /// Every loop with the seconds since its last tick and whether that is within its promise
+    /// (see [`Heartbeats::stale`]), by name.
+    pub fn snapshot(&self) -> Vec<(&'static str, f64, bool)> {
         let Ok(m) = self.inner.lock() else {
             return Vec::new();
         };
-        let mut out: Vec<(&'static str, f64)> = m
+        let mut out: Vec<(&'static str, f64, bool)> = m
             .iter()
-            .filter_map(|(name, (at, expected))| {
+            .map(|(name, (at, expected))| {
                 let allowed = (*expected * 3).max(Duration::from_secs(15));
                 let age = at.elapsed();
-                (age > allowed).then_some((*name, age.as_secs_f64()))
+                (*name, age.as_secs_f64(), age <= allowed)
             })
             .collect();
         out.sort_by(|a, b| a.0.cmp(b.0));

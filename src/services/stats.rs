@@ -1,6 +1,9 @@
-//! The stats sampler: sets the `kairos_instances{status}` gauge from the database every
-//! interval, so the number of PENDING, RUNNING, FAILED, … instances is visible to Prometheus
-//! whichever replica did the work.
+//! The stats sampler: every interval one replica (an advisory lock decides which) counts
+//! instances per status and rolls up the recent minutes of windows into `console_gauges` and
+//! `console_minutes`, which the operators' console reads; every replica sets the
+//! `kairos_instances{status}` gauge from that sample, so it is visible to Prometheus whichever
+//! replica did the work. Large tables are counted exactly only for the live statuses (through
+//! their partial indexes); terminal statuses are then estimated from the planner's statistics.
 
 use std::time::Duration;
 
@@ -9,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Heartbeats, run_periodic};
 use crate::domain::instance::InstanceStatus;
-use crate::store::{self, instances};
+use crate::store::{self, console};
 
 pub const LOOP_NAME: &str = "stats";
 
@@ -28,8 +31,18 @@ impl StatsSampler {
         }
     }
 
+    /// One pass: when no other replica is sampling, count instances per status (see
+    /// [`console::sample`]) and roll up the recent minutes for the console; otherwise read the
+    /// other replica's sample. Either way the `kairos_instances{status}` gauge is set.
     pub async fn run_once(&self) -> store::Result<Vec<(String, i64)>> {
-        let counts = instances::count_by_status(&self.pool).await?;
+        let counts: Vec<(String, i64)> = match console::sample(&self.pool).await? {
+            Some(sampled) => sampled.into_iter().map(|(s, n, _)| (s, n)).collect(),
+            None => console::gauges(&self.pool)
+                .await?
+                .into_iter()
+                .filter_map(|g| Some((g.name.strip_prefix("instances.")?.to_owned(), g.value)))
+                .collect(),
+        };
         for status in InstanceStatus::ALL {
             let n = counts
                 .iter()

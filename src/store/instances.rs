@@ -1528,14 +1528,6 @@ pub async fn prune_finished(pool: &PgPool, retention_days: i64, batch: i64) -> R
     Ok((u64::try_from(instances).unwrap_or(0), outbox))
 }
 
-/// Instances per status, for the `kairos_instances{status}` gauge.
-pub async fn count_by_status(pool: &PgPool) -> Result<Vec<(String, i64)>> {
-    sqlx::query_as("select status, count(*) from task_instance group by status")
-        .fetch_all(pool)
-        .await
-        .map_err(map_db_error)
-}
-
 /// The agent of each existing instance among `ids`.
 pub async fn agents_of(pool: &PgPool, ids: &[Uuid]) -> Result<Vec<(Uuid, String)>> {
     sqlx::query_as("select id, agent_id from task_instance where id = any($1)")

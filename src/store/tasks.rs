@@ -70,6 +70,8 @@ pub struct TaskFilter {
     /// Only these agents' tasks (an agent token's scope).
     pub agents_in: Option<Vec<String>>,
     pub paused: Option<bool>,
+    /// Only tasks whose trigger is of this type (`cron`, `interval`, …).
+    pub trigger_type: Option<String>,
     /// Keyset cursor: ids strictly greater than this.
     pub after_id: Option<String>,
     pub limit: i64,
@@ -83,6 +85,10 @@ pub async fn list_tasks(pool: &PgPool, f: &TaskFilter) -> Result<Vec<Task>> {
     super::push_agent_filters(&mut q, &f.agent_id, &f.agents_in);
     if let Some(p) = f.paused {
         q.push(" and paused = ").push_bind(p);
+    }
+    if let Some(t) = &f.trigger_type {
+        q.push(" and spec->'trigger'->>'type' = ")
+            .push_bind(t.clone());
     }
     if let Some(after) = &f.after_id {
         q.push(" and id > ").push_bind(after.clone());

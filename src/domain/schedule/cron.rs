@@ -277,6 +277,123 @@ impl CronSchedule {
     }
 }
 
+/// How a time-zone change shaped one fire time, for people reading a schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DstNote {
+    /// A fixed-time job whose local time did not exist (spring forward): it fires once, when
+    /// the gap ends.
+    Shifted {
+        wanted: NaiveDateTime,
+        gap_start: NaiveDateTime,
+        gap_end: NaiveDateTime,
+    },
+    /// A fixed-time job whose local time occurs twice (fall back): it fires on the first pass.
+    FoldFirst { local: NaiveDateTime },
+    /// A wildcard job inside the repeated hour: it fires in both passes; this is `pass` 1 or 2.
+    FoldPass { local: NaiveDateTime, pass: u8 },
+    /// A wildcard job's first fire after clocks moved forward: the local times in the gap did
+    /// not exist and were not fired.
+    AfterGap { forward_minutes: i64 },
+}
+
+impl DstNote {
+    /// Which rule applied, in a sentence.
+    pub fn describe(&self) -> String {
+        let hm = |n: &NaiveDateTime| n.format("%H:%M").to_string();
+        match self {
+            DstNote::Shifted {
+                wanted,
+                gap_start,
+                gap_end,
+            } => format!(
+                "shifted by DST: {} did not exist on {} (clocks jumped from {} to {}); a \
+                 fixed-time job fires once, when the gap ends",
+                hm(wanted),
+                wanted.format("%Y-%m-%d"),
+                hm(gap_start),
+                hm(gap_end)
+            ),
+            DstNote::FoldFirst { local } => format!(
+                "folded by DST: {} occurs twice on {} (clocks fall back); a fixed-time job fires \
+                 on the first pass only",
+                hm(local),
+                local.format("%Y-%m-%d")
+            ),
+            DstNote::FoldPass { local, pass } => format!(
+                "repeated hour: {} occurs twice on {} (clocks fall back); a wildcard job fires in \
+                 both passes, this is pass {pass}",
+                hm(local),
+                local.format("%Y-%m-%d")
+            ),
+            DstNote::AfterGap { forward_minutes } => format!(
+                "after a DST gap: clocks moved forward {forward_minutes} min since the previous \
+                 fire; a wildcard job skips local times that did not exist"
+            ),
+        }
+    }
+}
+
+impl CronSchedule {
+    /// How DST shaped `fire` (a fire time of this schedule), given the fire before it, if any.
+    pub fn dst_note(
+        &self,
+        previous: Option<DateTime<Utc>>,
+        fire: DateTime<Utc>,
+    ) -> Option<DstNote> {
+        use chrono::Offset;
+        let tz = self.timezone;
+        let offset = |t: DateTime<Utc>| t.with_timezone(&tz).offset().fix().local_minus_utc();
+        let local = fire.with_timezone(&tz).naive_local();
+        let just_before = fire - TimeDelta::seconds(1);
+        if !self.wildcard && offset(fire) > offset(just_before) {
+            // `fire` is the end of a gap: did the expression name a time inside it?
+            let gap_start = just_before.with_timezone(&tz).naive_local() + TimeDelta::seconds(1);
+            let limit_date = local.date().checked_add_days(Days::new(2))?;
+            let limit = CivilDate::from_ymd_opt(
+                chrono::Datelike::year(&limit_date),
+                chrono::Datelike::month(&limit_date),
+                chrono::Datelike::day(&limit_date),
+            )?;
+            let cursor = Bounded {
+                inner: gap_start - TimeDelta::seconds(1),
+                limit,
+            };
+            if let Ok(found) = self.cron.find_next_occurrence(&cursor, false)
+                && found.inner < local
+            {
+                return Some(DstNote::Shifted {
+                    wanted: found.inner,
+                    gap_start,
+                    gap_end: local,
+                });
+            }
+        }
+        if let chrono::LocalResult::Ambiguous(first, _) = tz.from_local_datetime(&local) {
+            return Some(if self.wildcard {
+                let pass = if first.with_timezone(&Utc) == fire {
+                    1
+                } else {
+                    2
+                };
+                DstNote::FoldPass { local, pass }
+            } else {
+                DstNote::FoldFirst { local }
+            });
+        }
+        if self.wildcard
+            && let Some(prev) = previous
+        {
+            let forward = offset(fire) - offset(prev);
+            if forward > 0 {
+                return Some(DstNote::AfterGap {
+                    forward_minutes: i64::from(forward) / 60,
+                });
+            }
+        }
+        None
+    }
+}
+
 /// Replaces a macro by its 5-field expression (the same expansions croner uses).
 fn expand_macro(expr: &str) -> Result<&'static str, ScheduleError> {
     match expr.to_ascii_lowercase().as_str() {
@@ -473,6 +590,72 @@ mod tests {
     }
 
     // ---- New York: 2026-03-08 02:00 EST -> 03:00 EDT; 2026-11-01 02:00 EDT -> 01:00 EST ----
+
+    #[test]
+    fn dst_notes_name_the_rule_that_applied() {
+        let s = sched("30 2 * * *", "America/New_York");
+        let spring = fires(
+            "30 2 * * *",
+            "America/New_York",
+            utc(2026, 3, 7, 12, 0, 0),
+            2,
+        );
+        assert_eq!(spring[0], utc(2026, 3, 8, 7, 0, 0));
+        let note = s
+            .dst_note(None, spring[0])
+            .expect("the 03-08 fire is shifted");
+        assert!(matches!(note, DstNote::Shifted { .. }), "{note:?}");
+        assert!(
+            note.describe()
+                .contains("02:30 did not exist on 2026-03-08"),
+            "{}",
+            note.describe()
+        );
+        assert_eq!(s.dst_note(Some(spring[0]), spring[1]), None);
+        // A job that names 03:00 itself is not shifted.
+        let three = sched("0 3 * * *", "America/New_York");
+        assert_eq!(three.dst_note(None, utc(2026, 3, 8, 7, 0, 0)), None);
+        // Fall back: 01:30 occurs twice on 2026-11-01.
+        let fold = sched("30 1 * * *", "America/New_York");
+        let f = fires(
+            "30 1 * * *",
+            "America/New_York",
+            utc(2026, 10, 31, 12, 0, 0),
+            1,
+        )[0];
+        assert!(matches!(
+            fold.dst_note(None, f),
+            Some(DstNote::FoldFirst { .. })
+        ));
+        let wild = sched("*/30 * * * *", "America/New_York");
+        let both = fires(
+            "*/30 * * * *",
+            "America/New_York",
+            utc(2026, 11, 1, 5, 15, 0),
+            4,
+        );
+        let passes: Vec<_> = both.iter().map(|t| wild.dst_note(None, *t)).collect();
+        assert!(
+            matches!(passes[0], Some(DstNote::FoldPass { pass: 1, .. })),
+            "{passes:?}"
+        );
+        assert!(
+            matches!(passes[2], Some(DstNote::FoldPass { pass: 2, .. })),
+            "{passes:?}"
+        );
+        let gap = fires(
+            "*/30 * * * *",
+            "America/New_York",
+            utc(2026, 3, 8, 6, 45, 0),
+            2,
+        );
+        assert_eq!(
+            wild.dst_note(Some(utc(2026, 3, 8, 6, 30, 0)), gap[0]),
+            Some(DstNote::AfterGap {
+                forward_minutes: 60
+            })
+        );
+    }
 
     #[test]
     fn fixed_job_in_the_new_york_spring_gap_fires_once_at_the_gap_end() {
