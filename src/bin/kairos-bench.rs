@@ -21,7 +21,7 @@ use tokio::task::JoinSet;
 #[derive(Parser, Debug)]
 #[command(about = "Benchmark kairos against a PostgreSQL (DATABASE_URL)")]
 struct Args {
-    /// Scenarios to run: pgbench, trigger, claim, lag, push, replicas, idle, memory
+    /// Scenarios to run: pgbench, trigger, claim, lag, push, replicas, idle, memory, console
     /// (comma-separated) or all.
     #[arg(long, default_value = "all")]
     only: String,
@@ -77,6 +77,19 @@ struct Args {
     /// Registered tasks in the memory scenario.
     #[arg(long, default_value_t = 100_000)]
     memory_tasks: i64,
+    /// Registered tasks in the console scenario.
+    #[arg(long, default_value_t = 100_000)]
+    console_tasks: i64,
+    /// Instances (history) in the console scenario.
+    #[arg(long, default_value_t = 10_000_000)]
+    console_instances: i64,
+    /// Requests per console page.
+    #[arg(long, default_value_t = 20)]
+    console_requests: usize,
+    /// Keep the console scenario's seeded database under this name and reuse it on the next
+    /// run (seeding 10M instances takes minutes); without it the database is dropped.
+    #[arg(long)]
+    console_keep_db: Option<String>,
 }
 
 fn main() -> Result<()> {
@@ -85,8 +98,8 @@ fn main() -> Result<()> {
     rt.block_on(run(args))
 }
 
-const SCENARIOS: [&str; 8] = [
-    "pgbench", "trigger", "claim", "lag", "push", "replicas", "idle", "memory",
+const SCENARIOS: [&str; 9] = [
+    "pgbench", "trigger", "claim", "lag", "push", "replicas", "idle", "memory", "console",
 ];
 
 fn wants(args: &Args, name: &str) -> bool {
@@ -184,6 +197,9 @@ async fn run(args: Args) -> Result<()> {
     if wants(&args, "memory") {
         rows.push(memory(&base, args.memory_tasks).await?);
     }
+    if wants(&args, "console") {
+        rows.extend(console_pages(&base, &args).await?);
+    }
 
     println!();
     println!("| scenario | result | detail | notes |");
@@ -251,6 +267,44 @@ impl BenchDb {
         Ok(BenchDb {
             admin,
             name,
+            url,
+            pool,
+        })
+    }
+
+    /// A database kept between runs under `name`: created and migrated when missing.
+    async fn open_or_create(base: &str, name: &str) -> Result<BenchDb> {
+        let admin = PgPoolOptions::new()
+            .max_connections(2)
+            .connect(base)
+            .await
+            .context("connect")?;
+        let exists: bool =
+            sqlx::query_scalar("select exists (select 1 from pg_database where datname = $1)")
+                .bind(name)
+                .fetch_one(&admin)
+                .await?;
+        if !exists {
+            admin
+                .execute(sqlx::AssertSqlSafe(format!("create database {name}")))
+                .await?;
+        }
+        let (prefix, rest) = base
+            .rsplit_once('/')
+            .context("DATABASE_URL has no database path")?;
+        let query = rest
+            .split_once('?')
+            .map(|(_, q)| format!("?{q}"))
+            .unwrap_or_default();
+        let url = format!("{prefix}/{name}{query}");
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .connect(&url)
+            .await?;
+        kairos::store::migrate(&pool).await?;
+        Ok(BenchDb {
+            admin,
+            name: name.to_owned(),
             url,
             pool,
         })
@@ -1204,4 +1258,192 @@ fn which_pgbench() -> Option<String> {
         .collect();
     found.sort();
     found.pop()
+}
+
+/// The console at scale: `--console-tasks` cron tasks over several agents and
+/// `--console-instances` windows of history (mostly SUCCESS, with SKIPPED, DEAD, FAILED and
+/// PENDING ones), then `--console-requests` sequential GETs of every page kind, timed from
+/// request to the last byte. Also times one stats-sampler pass, which feeds the overview.
+async fn console_pages(base: &str, args: &Args) -> Result<Vec<[String; 4]>> {
+    let tasks = args.console_tasks.max(1);
+    let n = args.console_instances.max(1);
+    let db = match &args.console_keep_db {
+        Some(name) => BenchDb::open_or_create(base, name).await?,
+        None => BenchDb::create(base, "console").await?,
+    };
+    let have: i64 = count(&db.pool, "select count(*) from task_instance").await?;
+    let seeded_in = if have < n {
+        let started = Instant::now();
+        sqlx::query(
+            "truncate tasks, task_instance, instance_events, console_gauges, console_minutes",
+        )
+        .execute(&db.pool)
+        .await?;
+        insert_tasks(
+            &db.pool,
+            tasks,
+            "c",
+            json!({"type": "cron", "expr": "30 8 * * *", "timezone": "Asia/Shanghai"}),
+            json!({"max_retries": 2}),
+            "now() + interval '1 hour'",
+        )
+        .await?;
+        // Agents a0..a99 (the task list and claims filter by agent).
+        sqlx::query("update tasks set agent_id = 'a' || (substr(id, 2)::int % 100), \
+                     spec = jsonb_set(spec, '{agent_id}', to_jsonb('a' || (substr(id, 2)::int % 100)))")
+            .execute(&db.pool)
+            .await?;
+        let per_task = (n + tasks - 1) / tasks;
+        let base_at: chrono::DateTime<chrono::Utc> =
+            sqlx::query_scalar("select date_trunc('minute', now())")
+                .fetch_one(&db.pool)
+                .await?;
+        let chunk = 1_000_000;
+        let mut start = 0;
+        while start < n {
+            let end = (start + chunk).min(n);
+            // Window k of task t is k minutes before now (k = g / tasks); 1 in 50 is SKIPPED,
+            // 1 in 500 DEAD, 1 in 1000 FAILED, the newest of each task PENDING, the rest SUCCESS.
+            sqlx::query(
+                "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
+                     agent_id, attempt, max_attempts, available_at, started_at, finished_at, \
+                     error, error_kind, skip_reason, result, created_at, updated_at, \
+                     created_by, created_status, claimed_by, finished_by) \
+                 select gen_random_uuid(), 'c' || (g % $3), \
+                     to_char(at, 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), at, st, 'schedule', \
+                     'a' || ((g % $3) % 100), 1, 3, at, \
+                     case when st in ('SUCCESS', 'DEAD', 'FAILED') then at + interval '2 seconds' end, \
+                     case when st in ('SUCCESS', 'DEAD', 'SKIPPED') then at + interval '5 seconds' end, \
+                     case when st in ('DEAD', 'FAILED') then 'model API returned 503' end, \
+                     case when st in ('DEAD', 'FAILED') then 'agent' end, \
+                     case when st = 'SKIPPED' then 'overlap: previous window still running' end, \
+                     case when st = 'SUCCESS' then '{\"ok\": true}'::jsonb end, \
+                     at + interval '20 milliseconds', at + interval '5 seconds', \
+                     'trigger', case when st = 'SKIPPED' then 'SKIPPED' else 'PENDING' end, \
+                     case when st in ('SUCCESS', 'DEAD', 'FAILED') then 'worker-1' end, \
+                     case when st = 'SUCCESS' then 'worker-1' end \
+                 from (select g, $4::timestamptz - make_interval(mins => (g / $3)::int + 1) as at, \
+                              case when g / $3 = 0 then 'PENDING' \
+                                   when g % 500 = 7 then 'DEAD' \
+                                   when g % 1000 = 3 then 'FAILED' \
+                                   when g % 50 = 1 then 'SKIPPED' \
+                                   else 'SUCCESS' end as st \
+                       from generate_series($1::bigint, $2::bigint - 1) g) s",
+            )
+            .bind(start)
+            .bind(end)
+            .bind(tasks)
+            .bind(base_at)
+            .execute(&db.pool)
+            .await?;
+            start = end;
+            eprintln!("console: seeded {end} of {n} instances ({per_task} per task)");
+        }
+        sqlx::query("analyze tasks").execute(&db.pool).await?;
+        sqlx::query("analyze task_instance")
+            .execute(&db.pool)
+            .await?;
+        Some(started.elapsed().as_secs_f64())
+    } else {
+        None
+    };
+    let sample_started = Instant::now();
+    kairos::store::console::sample(&db.pool).await?;
+    let sample_secs = sample_started.elapsed().as_secs_f64();
+
+    let server = start_server(&db, &[]).await?;
+    let client = reqwest::Client::new();
+    let dead_id: String = sqlx::query_scalar(
+        "select id::text from task_instance where status = 'DEAD' order by scheduled_at desc limit 1",
+    )
+    .fetch_one(&db.pool)
+    .await?;
+    // The second page of the instance list: follow the first page's cursor.
+    let first = client
+        .get(format!("{}/v1/instances?limit=50", server.base))
+        .send()
+        .await?
+        .json::<Value>()
+        .await?;
+    let cursor = first["next_cursor"].as_str().unwrap_or("").to_owned();
+    let some_task = format!("c{}", tasks / 2);
+    let pages: Vec<(String, String)> = vec![
+        ("overview".into(), "/ui/".into()),
+        ("tasks".into(), "/ui/tasks".into()),
+        (
+            "tasks, a later page".into(),
+            format!("/ui/tasks?after={some_task}"),
+        ),
+        (
+            "tasks, agent a7, cron".into(),
+            "/ui/tasks?agent=a7&type=cron".into(),
+        ),
+        ("task detail".into(), format!("/ui/tasks/{some_task}")),
+        ("instances".into(), "/ui/instances".into()),
+        (
+            "instances, next page".into(),
+            format!("/ui/instances?cursor={cursor}"),
+        ),
+        (
+            "instances of a task".into(),
+            format!("/ui/instances?task_id={some_task}"),
+        ),
+        (
+            "instances, status DEAD".into(),
+            "/ui/instances?status=DEAD".into(),
+        ),
+        ("instance detail".into(), format!("/ui/instances/{dead_id}")),
+        ("DEAD queue".into(), "/ui/dead".into()),
+        (
+            "cron playground".into(),
+            "/ui/playground?expr=30+2+*+*+*&tz=America/New_York".into(),
+        ),
+    ];
+    let mut rows = Vec::new();
+    let seed_note = match seeded_in {
+        Some(s) => format!("seeded in {s:.0} s"),
+        None => "reused seeded database".to_owned(),
+    };
+    rows.push(row(
+        &format!("console data: {tasks} tasks, {n} instances"),
+        format!("sampler pass {:.0} ms", sample_secs * 1000.0),
+        seed_note,
+        "one stats-sampler pass (counts + minute rollups) at this size",
+    ));
+    for (name, path) in pages {
+        let url = format!("{}{}", server.base, path);
+        let mut times = Vec::with_capacity(args.console_requests);
+        for _ in 0..args.console_requests.max(1) {
+            let t = Instant::now();
+            let resp = client.get(&url).send().await?;
+            let status = resp.status();
+            let body = resp.bytes().await?;
+            times.push(t.elapsed().as_secs_f64() * 1000.0);
+            if !status.is_success() {
+                bail!("{path}: {status}: {}", String::from_utf8_lossy(&body));
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        rows.push(row(
+            &format!("console page: {name}"),
+            format!("p50 {:.0} ms", percentile(&times, 0.5)),
+            format!(
+                "p99 {:.0} ms, max {:.0} ms",
+                percentile(&times, 0.99),
+                times[times.len() - 1]
+            ),
+            &format!(
+                "`GET {}`",
+                path.split('?')
+                    .next()
+                    .unwrap_or("")
+                    .replace(&dead_id, "{id}")
+            ),
+        ));
+    }
+    drop(server);
+    if args.console_keep_db.is_none() {
+        db.drop_db().await?;
+    }
+    Ok(rows)
 }

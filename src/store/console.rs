@@ -22,7 +22,7 @@ pub const SETTLING_MINUTES: i64 = 10;
 pub const KEEP_MINUTES_HOURS: i64 = 24;
 
 /// The advisory lock key of the console sampler: one replica samples per pass.
-const SAMPLER_LOCK: i64 = 0x6b61_6972_6f73_0001;
+pub const SAMPLER_LOCK: i64 = 0x6b61_6972_6f73_0001;
 
 /// One window of a task, as a status cell of a strip or timeline.
 #[derive(Debug, Clone, sqlx::FromRow)]

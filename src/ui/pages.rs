@@ -748,8 +748,10 @@ fn instance_table(items: &[Instance], select: bool) -> Markup {
                         @if select {
                             td.row-actions {
                                 button.retry-one type="submit" name="only" value={ (i.id) ":retry" } { "Retry" }
-                                " "
-                                button.cancel-one.danger type="submit" name="only" value={ (i.id) ":cancel" } { "Cancel" }
+                                @if i.status == InstanceStatus::Failed {
+                                    " "
+                                    button.cancel-one.danger type="submit" name="only" value={ (i.id) ":cancel" } { "Cancel" }
+                                }
                             }
                         }
                     }
@@ -910,7 +912,13 @@ pub async fn dead_queue(
     State(state): State<AppState>,
     Query(q): Params,
 ) -> UiResult {
-    let filter = instance_filter(&session, &q, vec![InstanceStatus::Dead])?;
+    // FAILED instances wait for an automatic retry; they are listed too because they are the
+    // ones a cancel can still stop (DEAD is final: only a retry moves it, CONTRACT §3).
+    let filter = instance_filter(
+        &session,
+        &q,
+        vec![InstanceStatus::Dead, InstanceStatus::Failed],
+    )?;
     let (items, next) = instance_page(&state, &q, &filter).await?;
     let outcome = match (param(&q, "action"), param(&q, "ok"), param(&q, "failed")) {
         (Some(a), Some(ok), failed) => {
@@ -918,7 +926,12 @@ pub async fn dead_queue(
             let ok: u32 = ok.parse().unwrap_or(0);
             let failed: u32 = failed.and_then(|f| f.parse().ok()).unwrap_or(0);
             Some(if failed > 0 {
-                format!("{ok} {verb}; {failed} could not be (no longer DEAD or not found).")
+                let why = if a == "retry" {
+                    "no longer DEAD or FAILED, or not found"
+                } else {
+                    "DEAD is final and only a retry moves it; or no longer FAILED"
+                };
+                format!("{ok} {verb}; {failed} could not be ({why}).")
             } else {
                 format!("{ok} {verb}.")
             })
@@ -927,7 +940,10 @@ pub async fn dead_queue(
     };
     let body = html! {
         h1 { "DEAD queue" }
-        p.muted { "Instances that used up their attempts or failed fatally, newest first. Retry gives one more attempt (PENDING); cancel closes the window." }
+        p.muted {
+            "Instances that used up their attempts or failed fatally (DEAD), and failed ones waiting for their next attempt (FAILED), newest first. "
+            "Retry gives one more attempt now (PENDING). Cancel stops a FAILED instance from retrying; DEAD is final, so only a retry moves it."
+        }
         @if let Some(o) = outcome { p.flash #flash { (o) } }
         form.filters method="get" action="/ui/dead" {
             label { "Task " input type="text" name="task_id" value=[param(&q, "task_id")]; }
@@ -939,7 +955,7 @@ pub async fn dead_queue(
                 div.actions {
                     input type="text" name="reason" placeholder="reason (optional)" maxlength=(MAX_REASON_LEN);
                     button #retry-selected type="submit" name="action" value="retry" { "Retry selected" }
-                    button #cancel-selected.danger type="submit" name="action" value="cancel" { "Cancel selected" }
+                    button #cancel-selected.danger type="submit" name="action" value="cancel" { "Cancel selected (FAILED)" }
                 }
                 (instance_table(&items, true))
             }

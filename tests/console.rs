@@ -1,0 +1,552 @@
+//! The operators' console over real HTTP: sessions, roles, CSRF, agent scope, the DEAD queue's
+//! bulk actions, backfill preview, the playground, and the sampled overview. The browser-driven
+//! tests are in `console_e2e.rs`.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::TestApp;
+use kairos::app::Options;
+use kairos::domain::access::Tokens;
+use kairos::services::Heartbeats;
+use kairos::services::stats::StatsSampler;
+use reqwest::header::{COOKIE, HOST, LOCATION, ORIGIN, SET_COOKIE};
+use reqwest::{Client, Response, redirect};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+const ADMIN: &str = "admin-token-123";
+const VIEWER: &str = "viewer-token-123";
+const AGENT_A: &str = "agent-a-token-123";
+
+async fn secured(pool: PgPool) -> TestApp {
+    let mut opts = Options::api_only("console");
+    opts.tokens = Arc::new(
+        Tokens::parse(&format!(
+            "{ADMIN}:admin,{AGENT_A}:agent:agent_a,{VIEWER}:viewer"
+        ))
+        .expect("tokens"),
+    );
+    TestApp::spawn_opts(pool, opts).await
+}
+
+/// A browser-like client of the console: no automatic redirects, one session cookie.
+struct Browser<'a> {
+    app: &'a TestApp,
+    http: Client,
+    cookie: Option<String>,
+}
+
+impl<'a> Browser<'a> {
+    fn new(app: &'a TestApp) -> Self {
+        Browser {
+            app,
+            http: Client::builder()
+                .redirect(redirect::Policy::none())
+                .build()
+                .expect("client"),
+            cookie: None,
+        }
+    }
+
+    async fn login(app: &'a TestApp, token: &str) -> Self {
+        let mut b = Browser::new(app);
+        let resp = b.form("/ui/login", &[("token", token)]).await;
+        assert_eq!(resp.status().as_u16(), 303, "login with a valid token");
+        let set = resp.headers()[SET_COOKIE]
+            .to_str()
+            .expect("ascii")
+            .to_owned();
+        assert!(set.contains("HttpOnly"), "{set}");
+        assert!(set.contains("SameSite=Strict"), "{set}");
+        assert!(set.contains("Path=/ui"), "{set}");
+        b.cookie = set.split(';').next().map(str::to_owned);
+        b
+    }
+
+    async fn get(&self, path: &str) -> Response {
+        let mut req = self.http.get(self.app.url(path));
+        if let Some(c) = &self.cookie {
+            req = req.header(COOKIE, c);
+        }
+        req.send().await.expect("sent")
+    }
+
+    async fn page(&self, path: &str) -> String {
+        let resp = self.get(path).await;
+        assert_eq!(resp.status().as_u16(), 200, "GET {path}");
+        assert!(
+            resp.headers()["content-type"]
+                .to_str()
+                .unwrap_or("")
+                .starts_with("text/html"),
+            "GET {path} is HTML"
+        );
+        resp.text().await.expect("body")
+    }
+
+    async fn form(&self, path: &str, fields: &[(&str, &str)]) -> Response {
+        self.form_from(path, fields, None).await
+    }
+
+    async fn form_from(
+        &self,
+        path: &str,
+        fields: &[(&str, &str)],
+        origin: Option<&str>,
+    ) -> Response {
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(fields)
+            .finish();
+        let mut req = self
+            .http
+            .post(self.app.url(path))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body);
+        if let Some(c) = &self.cookie {
+            req = req.header(COOKIE, c);
+        }
+        if let Some(o) = origin {
+            req = req.header(ORIGIN, o);
+        }
+        req.send().await.expect("sent")
+    }
+
+    /// The CSRF token of the session, as its pages carry it.
+    async fn csrf(&self) -> String {
+        let html = self.page("/ui/playground").await;
+        let marker = "name=\"csrf\" value=\"";
+        let start = html.find(marker).expect("a page carries a csrf field") + marker.len();
+        html[start..].split('"').next().unwrap_or("").to_owned()
+    }
+}
+
+async fn api(app: &TestApp, method: reqwest::Method, path: &str, body: Value) -> Value {
+    let resp = app
+        .client
+        .request(method, app.url(path))
+        .bearer_auth(ADMIN)
+        .json(&body)
+        .send()
+        .await
+        .expect("sent");
+    let status = resp.status();
+    let v: Value = resp.json().await.unwrap_or(Value::Null);
+    assert!(status.is_success(), "{path}: {status} {v}");
+    v
+}
+
+/// A manual task of `agent` with no retries.
+async fn manual_task(app: &TestApp, id: &str, agent: &str) {
+    api(
+        app,
+        reqwest::Method::PUT,
+        &format!("/v1/tasks/{id}"),
+        json!({"agent_id": agent, "trigger": {"type": "manual"},
+               "execution": {"max_retries": 0, "concurrency_limit": 100}}),
+    )
+    .await;
+}
+
+/// `n` DEAD instances of task `id` (agent `agent`): triggered, claimed, failed for good.
+async fn dead_instances(app: &TestApp, id: &str, agent: &str, n: usize) -> Vec<String> {
+    for k in 0..n {
+        api(
+            app,
+            reqwest::Method::POST,
+            &format!("/v1/tasks/{id}/trigger"),
+            json!({"window_key": format!("w{k}")}),
+        )
+        .await;
+    }
+    let claimed = api(
+        app,
+        reqwest::Method::POST,
+        "/v1/claims",
+        json!({"agent_id": agent, "worker_id": "w", "max_instances": n}),
+    )
+    .await;
+    let mut ids = Vec::new();
+    for inst in claimed["instances"].as_array().expect("instances") {
+        let iid = inst["id"].as_str().expect("id").to_owned();
+        api(
+            app,
+            reqwest::Method::POST,
+            &format!("/v1/instances/{iid}/fail"),
+            json!({"lease_token": inst["lease_token"], "error": "boom", "retryable": false}),
+        )
+        .await;
+        ids.push(iid);
+    }
+    assert_eq!(ids.len(), n);
+    ids
+}
+
+/// A FAILED instance (waiting for its retry) of a new task `id` with retries left.
+async fn failed_instance(app: &TestApp, id: &str, agent: &str) -> String {
+    api(
+        app,
+        reqwest::Method::PUT,
+        &format!("/v1/tasks/{id}"),
+        json!({"agent_id": agent, "trigger": {"type": "manual"},
+               "execution": {"max_retries": 3, "retry_backoff": {"base_seconds": 3600, "max_seconds": 3600}}}),
+    )
+    .await;
+    api(
+        app,
+        reqwest::Method::POST,
+        &format!("/v1/tasks/{id}/trigger"),
+        json!({}),
+    )
+    .await;
+    let claimed = api(
+        app,
+        reqwest::Method::POST,
+        "/v1/claims",
+        json!({"agent_id": agent, "worker_id": "w", "max_instances": 1}),
+    )
+    .await;
+    let inst = &claimed["instances"][0];
+    let iid = inst["id"].as_str().expect("claimed one").to_owned();
+    let failed = api(
+        app,
+        reqwest::Method::POST,
+        &format!("/v1/instances/{iid}/fail"),
+        json!({"lease_token": inst["lease_token"], "error": "flaky", "retryable": true}),
+    )
+    .await;
+    assert_eq!(failed["status"], "FAILED");
+    iid
+}
+
+async fn status_of(pool: &PgPool, id: &str) -> (String, i32) {
+    sqlx::query_as("select status, attempt from task_instance where id = $1::uuid")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .expect("instance")
+}
+
+#[sqlx::test]
+async fn sessions_start_with_a_valid_token_and_end_at_logout(pool: PgPool) {
+    let app = secured(pool).await;
+    let anonymous = Browser::new(&app);
+    let resp = anonymous.get("/ui/").await;
+    assert_eq!(resp.status().as_u16(), 303);
+    assert_eq!(resp.headers()[LOCATION], "/ui/login");
+    assert!(anonymous.page("/ui/login").await.contains("id=\"token\""));
+
+    let resp = anonymous
+        .form("/ui/login", &[("token", "not-a-token-at-all")])
+        .await;
+    assert_eq!(resp.status().as_u16(), 401);
+    assert!(resp.headers().get(SET_COOKIE).is_none());
+
+    // The API's bearer tokens do not open console pages, and the cookie does not open the API.
+    let admin = Browser::login(&app, ADMIN).await;
+    assert!(admin.page("/ui/").await.contains("Overview"));
+    let api_with_cookie = admin.get("/v1/tasks").await;
+    assert_eq!(api_with_cookie.status().as_u16(), 401);
+
+    let csrf = admin.csrf().await;
+    let forged = admin.form("/ui/logout", &[("csrf", "forged")]).await;
+    assert_eq!(forged.status().as_u16(), 403);
+    let out = admin.form("/ui/logout", &[("csrf", &csrf)]).await;
+    assert_eq!(out.status().as_u16(), 303);
+    assert!(
+        out.headers()[SET_COOKIE]
+            .to_str()
+            .unwrap_or("")
+            .contains("Max-Age=0")
+    );
+}
+
+#[sqlx::test]
+async fn actions_need_an_admin_session_a_csrf_token_and_the_same_origin(pool: PgPool) {
+    let app = secured(pool.clone()).await;
+    manual_task(&app, "nightly", "agent_a").await;
+    let paused = || async {
+        sqlx::query_scalar::<_, bool>("select paused from tasks where id = 'nightly'")
+            .fetch_one(&pool)
+            .await
+            .expect("task")
+    };
+    let admin = Browser::login(&app, ADMIN).await;
+    let csrf = admin.csrf().await;
+
+    let without = admin
+        .form("/ui/tasks/nightly/pause", &[("reason", "x")])
+        .await;
+    assert_eq!(without.status().as_u16(), 403);
+    let cross_site = admin
+        .form_from(
+            "/ui/tasks/nightly/pause",
+            &[("csrf", &csrf), ("reason", "x")],
+            Some("http://evil.example"),
+        )
+        .await;
+    assert_eq!(cross_site.status().as_u16(), 403);
+    assert!(!paused().await, "refused forms change nothing");
+
+    let viewer = Browser::login(&app, VIEWER).await;
+    let viewer_csrf = viewer.csrf().await;
+    assert_ne!(viewer_csrf, csrf, "CSRF tokens are per token");
+    let page = viewer.page("/ui/tasks/nightly").await;
+    assert!(
+        !page.contains("id=\"pause\""),
+        "viewers get no action buttons"
+    );
+    let by_viewer = viewer
+        .form(
+            "/ui/tasks/nightly/pause",
+            &[("csrf", &viewer_csrf), ("reason", "x")],
+        )
+        .await;
+    assert_eq!(by_viewer.status().as_u16(), 403);
+    assert!(!paused().await);
+
+    let same_origin = format!("http://{}", app.addr);
+    let ok = admin
+        .form_from(
+            "/ui/tasks/nightly/pause",
+            &[("csrf", &csrf), ("reason", "maintenance window")],
+            Some(&same_origin),
+        )
+        .await;
+    assert_eq!(ok.status().as_u16(), 303);
+    assert!(paused().await);
+    let page = admin.page("/ui/tasks/nightly?done=paused").await;
+    assert!(page.contains("maintenance window"));
+    assert!(page.contains("id=\"resume\""));
+}
+
+#[sqlx::test]
+async fn agent_tokens_see_only_their_agents_in_the_console(pool: PgPool) {
+    let app = secured(pool).await;
+    manual_task(&app, "mine", "agent_a").await;
+    manual_task(&app, "theirs", "agent_b").await;
+    let theirs = dead_instances(&app, "theirs", "agent_b", 1).await;
+    let agent = Browser::login(&app, AGENT_A).await;
+    let list = agent.page("/ui/tasks").await;
+    assert!(list.contains("data-task-id=\"mine\""));
+    assert!(!list.contains("data-task-id=\"theirs\""));
+    assert_eq!(agent.get("/ui/tasks/theirs").await.status().as_u16(), 404);
+    assert_eq!(
+        agent
+            .get(&format!("/ui/instances/{}", theirs[0]))
+            .await
+            .status()
+            .as_u16(),
+        404
+    );
+    assert!(!agent.page("/ui/dead").await.contains(&theirs[0]));
+    assert!(!agent.page("/ui/instances").await.contains(&theirs[0]));
+    // The admin sees both.
+    let admin = Browser::login(&app, ADMIN).await;
+    assert!(admin.page("/ui/dead").await.contains(&theirs[0]));
+}
+
+#[sqlx::test]
+async fn the_dead_queue_retries_and_cancels_in_bulk_or_one_at_a_time(pool: PgPool) {
+    let app = secured(pool.clone()).await;
+    manual_task(&app, "flaky", "agent_a").await;
+    let ids = dead_instances(&app, "flaky", "agent_a", 3).await;
+    let admin = Browser::login(&app, ADMIN).await;
+    let csrf = admin.csrf().await;
+    let queue = admin.page("/ui/dead").await;
+    for id in &ids {
+        assert!(queue.contains(&format!("data-instance-id=\"{id}\"")));
+    }
+
+    let resp = admin
+        .form(
+            "/ui/dead",
+            &[
+                ("csrf", &csrf),
+                ("action", "retry"),
+                ("ids", &ids[0]),
+                ("ids", &ids[1]),
+                ("reason", "upstream fixed"),
+            ],
+        )
+        .await;
+    assert_eq!(resp.status().as_u16(), 303);
+    let back = resp.headers()[LOCATION].to_str().unwrap_or("").to_owned();
+    assert_eq!(back, "/ui/dead?action=retry&ok=2&failed=0");
+    assert_eq!(status_of(&pool, &ids[0]).await, ("PENDING".to_owned(), 2));
+    assert_eq!(status_of(&pool, &ids[1]).await, ("PENDING".to_owned(), 2));
+    assert!(admin.page(&back).await.contains("2 retried."));
+
+    // One row's own button cancels a FAILED instance; DEAD is final, so cancelling it is
+    // reported as not done; retrying one that is no longer DEAD is reported too.
+    let failed = failed_instance(&app, "flaky-retrying", "agent_c").await;
+    let only = format!("{failed}:cancel");
+    let resp = admin
+        .form("/ui/dead", &[("csrf", &csrf), ("only", &only)])
+        .await;
+    assert_eq!(resp.status().as_u16(), 303);
+    assert_eq!(status_of(&pool, &failed).await.0, "CANCELLED");
+    let resp = admin
+        .form(
+            "/ui/dead",
+            &[("csrf", &csrf), ("action", "cancel"), ("ids", &ids[2])],
+        )
+        .await;
+    assert_eq!(
+        resp.headers()[LOCATION],
+        "/ui/dead?action=cancel&ok=0&failed=1"
+    );
+    assert_eq!(status_of(&pool, &ids[2]).await.0, "DEAD");
+    let resp = admin
+        .form(
+            "/ui/dead",
+            &[("csrf", &csrf), ("action", "retry"), ("ids", &ids[0])],
+        )
+        .await;
+    assert_eq!(
+        resp.headers()[LOCATION],
+        "/ui/dead?action=retry&ok=0&failed=1"
+    );
+    let history = admin.page(&format!("/ui/instances/{}", ids[0])).await;
+    assert!(
+        history.contains("upstream fixed"),
+        "the reason is in the event timeline"
+    );
+
+    let none = admin
+        .form("/ui/dead", &[("csrf", &csrf), ("action", "retry")])
+        .await;
+    assert_eq!(none.status().as_u16(), 422);
+}
+
+#[sqlx::test]
+async fn a_backfill_is_previewed_before_it_is_applied(pool: PgPool) {
+    let app = secured(pool.clone()).await;
+    api(
+        &app,
+        reqwest::Method::PUT,
+        "/v1/tasks/hourly",
+        json!({"agent_id": "agent_a", "trigger": {"type": "cron", "expr": "0 * * * *", "timezone": "UTC"}}),
+    )
+    .await;
+    let admin = Browser::login(&app, ADMIN).await;
+    let csrf = admin.csrf().await;
+    let now = chrono::Utc::now();
+    let from = (now - chrono::Duration::hours(6))
+        .format("%Y-%m-%dT%H:00:00Z")
+        .to_string();
+    let to = (now - chrono::Duration::hours(1))
+        .format("%Y-%m-%dT%H:00:00Z")
+        .to_string();
+    let fields = [
+        ("csrf", csrf.as_str()),
+        ("from", from.as_str()),
+        ("to", to.as_str()),
+        ("overlap", "queue"),
+        ("reprocess", "none"),
+    ];
+    let preview = admin
+        .form("/ui/tasks/hourly/backfill-preview", &fields)
+        .await;
+    assert_eq!(preview.status().as_u16(), 200);
+    let html = preview.text().await.expect("body");
+    assert!(html.contains("5 windows"), "{html}");
+    assert!(html.contains("id=\"backfill-apply\""));
+    let rows = || async {
+        sqlx::query_scalar::<_, i64>("select count(*) from task_instance where task_id = 'hourly'")
+            .fetch_one(&pool)
+            .await
+            .expect("count")
+    };
+    assert_eq!(rows().await, 0, "a preview writes nothing");
+    let applied = admin.form("/ui/tasks/hourly/backfill", &fields).await;
+    assert_eq!(applied.status().as_u16(), 303);
+    assert_eq!(rows().await, 5);
+
+    let bad = admin
+        .form(
+            "/ui/tasks/hourly/backfill-preview",
+            &[("csrf", &csrf), ("from", "yesterday"), ("to", &to)],
+        )
+        .await;
+    assert_eq!(bad.status().as_u16(), 422);
+    assert!(bad.text().await.expect("body").contains("from"));
+}
+
+#[sqlx::test]
+async fn the_playground_shows_dst_rules_and_names_a_bad_field(pool: PgPool) {
+    let app = secured(pool).await;
+    let viewer = Browser::login(&app, VIEWER).await;
+    let html = viewer
+        .page("/ui/playground?expr=30+2+*+*+*&tz=America/New_York&from=2026-03-07T12:00:00Z")
+        .await;
+    let first = html.find("<tbody>").map(|i| &html[i..]).unwrap_or("");
+    assert!(first.contains("2026-03-08 03:00:00 EDT"), "{first}");
+    assert!(first.contains("02:30 did not exist on 2026-03-08"));
+    let bad = viewer.page("/ui/playground?expr=61+*+*+*+*&tz=UTC").await;
+    assert!(bad.contains("id=\"playground-error\""));
+    assert!(bad.contains("minute field"), "the error names the field");
+    let zone = viewer
+        .page("/ui/playground?expr=0+*+*+*+*&tz=Mars/Olympus")
+        .await;
+    assert!(zone.contains("time zone"));
+}
+
+#[sqlx::test]
+async fn the_overview_shows_the_sampled_counts(pool: PgPool) {
+    let app = secured(pool.clone()).await;
+    manual_task(&app, "flaky", "agent_a").await;
+    dead_instances(&app, "flaky", "agent_a", 2).await;
+    let sampler = StatsSampler::new(
+        pool.clone(),
+        std::time::Duration::from_secs(5),
+        Heartbeats::default(),
+    );
+    sampler.run_once().await.expect("sample");
+    let admin = Browser::login(&app, ADMIN).await;
+    let html = admin.page("/ui/").await;
+    assert!(html.contains("id=\"count-DEAD\">2<"), "{html}");
+    assert!(html.contains("id=\"count-PENDING\">0<"));
+
+    // While another replica holds the sampler's lock, a pass reads that replica's sample.
+    let mut tx = pool.begin().await.expect("tx");
+    sqlx::query("select pg_advisory_xact_lock($1)")
+        .bind(kairos::store::console::SAMPLER_LOCK)
+        .execute(&mut *tx)
+        .await
+        .expect("lock");
+    assert!(
+        kairos::store::console::sample(&pool)
+            .await
+            .expect("pass")
+            .is_none()
+    );
+    let counts = sampler.run_once().await.expect("read the other sample");
+    assert!(counts.contains(&("DEAD".to_owned(), 2)));
+    tx.rollback().await.expect("rollback");
+}
+
+#[sqlx::test]
+async fn open_mode_serves_the_console_on_loopback_only(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let browser = Browser::new(&app);
+    assert!(browser.page("/ui/").await.contains("Overview"));
+    let misdirected = browser
+        .http
+        .get(app.url("/ui/"))
+        .header(HOST, "kairos.example")
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(misdirected.status().as_u16(), 421);
+    let csrf = browser.csrf().await;
+    let cross = browser
+        .form_from(
+            "/ui/dead",
+            &[("csrf", &csrf), ("action", "retry")],
+            Some("http://evil.example"),
+        )
+        .await;
+    assert_eq!(cross.status().as_u16(), 403);
+}
