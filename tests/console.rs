@@ -549,4 +549,9 @@ async fn open_mode_serves_the_console_on_loopback_only(pool: PgPool) {
         )
         .await;
     assert_eq!(cross.status().as_u16(), 403);
+    // A window filter needs its task (a window key is unique per task only).
+    let across = browser.get("/ui/instances?window_key=w0").await;
+    assert_eq!(across.status().as_u16(), 422);
+    assert!(across.text().await.expect("body").contains("window_key"));
+    browser.page("/ui/instances?window_key=w0&task_id=t").await;
 }

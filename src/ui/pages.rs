@@ -646,6 +646,14 @@ fn instance_filter(
 ) -> Result<store_instances::InstanceFilter, UiError> {
     let from = param_time(q, "from")?;
     let to = param_time(q, "to")?;
+    if param(q, "window_key").is_some() && param(q, "task_id").is_none() {
+        // A window key is unique per task: across tasks it has no index, and a time range
+        // (scheduled from/to) answers "what ran at 08:30" on the time index instead.
+        return Err(UiError::bad_request(
+            "window_key: choose a task as well (a window is unique per task); to see every \
+             task's windows at one time, filter by scheduled from/to instead",
+        ));
+    }
     Ok(store_instances::InstanceFilter {
         task_id: param(q, "task_id").map(str::to_owned),
         agent_id: param(q, "agent_id").map(str::to_owned),
