@@ -342,6 +342,12 @@ async fn agent_tokens_see_only_their_agents_in_the_console(pool: PgPool) {
     );
     assert!(!agent.page("/ui/dead").await.contains(&theirs[0]));
     assert!(!agent.page("/ui/instances").await.contains(&theirs[0]));
+    let overview = agent.page("/ui/").await;
+    assert!(
+        overview.contains("id=\"scoped\""),
+        "no cluster-wide numbers"
+    );
+    assert!(!overview.contains("count-DEAD"));
     // The admin sees both.
     let admin = Browser::login(&app, ADMIN).await;
     assert!(admin.page("/ui/dead").await.contains(&theirs[0]));
@@ -554,4 +560,56 @@ async fn open_mode_serves_the_console_on_loopback_only(pool: PgPool) {
     assert_eq!(across.status().as_u16(), 422);
     assert!(across.text().await.expect("body").contains("window_key"));
     browser.page("/ui/instances?window_key=w0&task_id=t").await;
+}
+
+#[sqlx::test]
+async fn a_list_over_several_statuses_is_newest_first_and_pages_without_gaps(pool: PgPool) {
+    let app = secured(pool.clone()).await;
+    manual_task(&app, "mixed", "agent_a").await;
+    // 12 windows a minute apart, cycling through four statuses.
+    let statuses = ["DEAD", "FAILED", "SKIPPED", "SUCCESS"];
+    for k in 0..12i32 {
+        let st = statuses[k as usize % 4];
+        sqlx::query(
+            "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
+                 agent_id, max_attempts, available_at, finished_at, skip_reason) \
+             values (gen_random_uuid(), 'mixed', 'w' || $1, now() - make_interval(mins => $1), \
+                 $2, 'manual', 'agent_a', 1, now(), \
+                 case when $2 in ('DEAD', 'SKIPPED', 'SUCCESS') then now() end, \
+                 case when $2 = 'SKIPPED' then 'overlap' end)",
+        )
+        .bind(k)
+        .bind(st)
+        .execute(&pool)
+        .await
+        .expect("insert");
+    }
+    let wanted: Vec<String> = (0..12)
+        .filter(|k| statuses[*k % 4] != "SUCCESS")
+        .map(|k| format!("w{k}"))
+        .collect();
+    let mut seen: Vec<String> = Vec::new();
+    let mut path = "/v1/instances?status=DEAD,FAILED,SKIPPED,DEAD&limit=2".to_owned();
+    for _ in 0..10 {
+        let page = app
+            .client
+            .get(app.url(&path))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .expect("sent")
+            .json::<Value>()
+            .await
+            .expect("json");
+        for item in page["items"].as_array().expect("items") {
+            seen.push(item["window_key"].as_str().unwrap_or("").to_owned());
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => {
+                path = format!("/v1/instances?status=DEAD,FAILED,SKIPPED&limit=2&cursor={c}")
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen, wanted, "newest first, each once, across pages");
 }

@@ -1392,6 +1392,22 @@ async fn console_pages(base: &str, args: &Args) -> Result<Vec<[String; 4]>> {
             "instances, status DEAD".into(),
             "/ui/instances?status=DEAD".into(),
         ),
+        (
+            "instances, status RUNNING (none)".into(),
+            "/ui/instances?status=RUNNING".into(),
+        ),
+        (
+            "instances, status CANCELLED (none)".into(),
+            "/ui/instances?status=CANCELLED".into(),
+        ),
+        (
+            "instances, status SKIPPED".into(),
+            "/ui/instances?status=SKIPPED".into(),
+        ),
+        (
+            "instances, scheduled in one minute".into(),
+            "/ui/instances?from=2026-12-01T12:00:00Z&to=2026-12-01T12:01:00Z".into(),
+        ),
         ("instance detail".into(), format!("/ui/instances/{dead_id}")),
         ("DEAD queue".into(), "/ui/dead".into()),
         (

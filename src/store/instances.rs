@@ -390,18 +390,56 @@ pub struct InstanceFilter {
     pub limit: i64,
 }
 
-/// Instances newest first (by `scheduled_at`, then id), one page.
+/// Instances newest first (by `scheduled_at`, then id), one page. Several statuses are read as
+/// one ordered page per status, merged: PostgreSQL 15 cannot walk a `(status, scheduled_at)`
+/// index in time order for `status = any(…)`, and would otherwise read and sort every row of
+/// those statuses (the console's DEAD queue over DEAD and FAILED).
 pub async fn list_instances(pool: &PgPool, f: &InstanceFilter) -> Result<Vec<Instance>> {
-    let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new(format!(
+    let mut statuses: Vec<&InstanceStatus> = Vec::new();
+    for s in &f.statuses {
+        if !statuses.contains(&s) {
+            statuses.push(s);
+        }
+    }
+    let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new("");
+    if statuses.len() <= 1 {
+        push_instance_page(&mut q, f, statuses.first().copied());
+    } else {
+        q.push("select * from (");
+        for (i, s) in statuses.iter().enumerate() {
+            if i > 0 {
+                q.push(" union all ");
+            }
+            q.push("(");
+            push_instance_page(&mut q, f, Some(s));
+            q.push(")");
+        }
+        q.push(") pages order by scheduled_at desc, id desc limit ")
+            .push_bind(f.limit);
+    }
+    let rows: Vec<InstanceRow> = q
+        .build_query_as()
+        .fetch_all(pool)
+        .await
+        .map_err(map_db_error)?;
+    rows.into_iter().map(Instance::try_from).collect()
+}
+
+/// One page of `f` restricted to `status` (any status when `None`).
+fn push_instance_page(
+    q: &mut sqlx::QueryBuilder<sqlx::Postgres>,
+    f: &InstanceFilter,
+    status: Option<&InstanceStatus>,
+) {
+    q.push(format!(
         "select {INSTANCE_COLUMNS} from task_instance where true"
     ));
     if let Some(t) = &f.task_id {
         q.push(" and task_id = ").push_bind(t.clone());
     }
-    super::push_agent_filters(&mut q, &f.agent_id, &f.agents_in);
-    if !f.statuses.is_empty() {
-        let names: Vec<String> = f.statuses.iter().map(|s| s.as_str().to_owned()).collect();
-        q.push(" and status = any(").push_bind(names).push(")");
+    super::push_agent_filters(q, &f.agent_id, &f.agents_in);
+    if let Some(s) = status {
+        q.push(" and status = ").push_bind(s.as_str());
     }
     if let Some(k) = &f.window_key {
         q.push(" and window_key = ").push_bind(k.clone());
@@ -421,12 +459,6 @@ pub async fn list_instances(pool: &PgPool, f: &InstanceFilter) -> Result<Vec<Ins
     }
     q.push(" order by scheduled_at desc, id desc limit ")
         .push_bind(f.limit);
-    let rows: Vec<InstanceRow> = q
-        .build_query_as()
-        .fetch_all(pool)
-        .await
-        .map_err(map_db_error)?;
-    rows.into_iter().map(Instance::try_from).collect()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -144,6 +144,17 @@ impl axum::extract::FromRequest<AppState> for LogoutForm {
 // Overview.
 
 pub async fn overview(session: Session, State(state): State<AppState>) -> UiResult {
+    if let Some(agents) = session.principal.readable_agents() {
+        // The sampled numbers are cluster-wide: a token limited to some agents does not see them.
+        let body = html! {
+            h1 { "Overview" }
+            p #scoped {
+                "This token sees the agents " (agents.join(", ")) " only; cluster-wide counts and lag are for admin and viewer tokens. "
+                a href="/ui/tasks" { "Your tasks" } ", " a href="/ui/instances" { "their instances" } " and " a href="/ui/dead" { "their DEAD queue" } "."
+            }
+        };
+        return Ok(page(&session, "/ui/", "Overview", body));
+    }
     let now = store::now(&state.pool).await?;
     let gauges = console::gauges(&state.pool).await?;
     let minutes = console::minutes_since(&state.pool, now - chrono::Duration::hours(1)).await?;
