@@ -237,48 +237,29 @@ struct BenchDb {
 
 impl BenchDb {
     async fn create(base: &str, tag: &str) -> Result<BenchDb> {
-        let admin = PgPoolOptions::new()
-            .max_connections(2)
-            .connect(base)
-            .await
-            .context("connect")?;
         let name = format!("kairos_bench_{tag}_{}", std::process::id());
-        admin
-            .execute(sqlx::AssertSqlSafe(format!(
-                "drop database if exists {name}"
-            )))
-            .await?;
-        admin
-            .execute(sqlx::AssertSqlSafe(format!("create database {name}")))
-            .await?;
-        let (prefix, rest) = base
-            .rsplit_once('/')
-            .context("DATABASE_URL has no database path")?;
-        let query = rest
-            .split_once('?')
-            .map(|(_, q)| format!("?{q}"))
-            .unwrap_or_default();
-        let url = format!("{prefix}/{name}{query}");
-        let pool = PgPoolOptions::new()
-            .max_connections(8)
-            .connect(&url)
-            .await?;
-        kairos::store::migrate(&pool).await?;
-        Ok(BenchDb {
-            admin,
-            name,
-            url,
-            pool,
-        })
+        Self::open(base, &name, true).await
     }
 
     /// A database kept between runs under `name`: created and migrated when missing.
     async fn open_or_create(base: &str, name: &str) -> Result<BenchDb> {
+        Self::open(base, name, false).await
+    }
+
+    /// Database `name` on the server of `base`, migrated; `fresh` drops an existing one first.
+    async fn open(base: &str, name: &str, fresh: bool) -> Result<BenchDb> {
         let admin = PgPoolOptions::new()
             .max_connections(2)
             .connect(base)
             .await
             .context("connect")?;
+        if fresh {
+            admin
+                .execute(sqlx::AssertSqlSafe(format!(
+                    "drop database if exists {name}"
+                )))
+                .await?;
+        }
         let exists: bool =
             sqlx::query_scalar("select exists (select 1 from pg_database where datname = $1)")
                 .bind(name)
