@@ -229,7 +229,7 @@ pub async fn overview(session: Session, State(state): State<AppState>) -> UiResu
 
 fn trigger_summary(t: &TriggerSpec) -> String {
     match t {
-        TriggerSpec::Cron { expr, timezone } => format!("cron `{expr}` {timezone}"),
+        TriggerSpec::Cron { expr, timezone } => format!("cron {expr} {timezone}"),
         TriggerSpec::Interval { every_seconds, .. } => format!("every {every_seconds} s"),
         TriggerSpec::Once { at } => format!("once at {}", at.format("%Y-%m-%d %H:%M:%S UTC")),
         TriggerSpec::After { task, .. } => format!("after {} succeeds", task.as_str()),

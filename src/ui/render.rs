@@ -153,10 +153,17 @@ fn chart(title: &str, lines: &[Series<'_>], label: fn(f64) -> String) -> Markup 
                     text.tick x=(LEFT - 4.0) y=(y(0.0) + 4.0) text-anchor="end" { (label(0.0)) }
                     @if let (Some(a), Some(b)) = (t0, t1) {
                         text.tick x=(LEFT) y=(H - 4.0) { (a.format("%H:%M UTC")) }
-                        text.tick x=(W - 8.0) y=(H - 4.0) text-anchor="end" { (b.format("%H:%M UTC")) }
+                        @if b > a {
+                            text.tick x=(W - 8.0) y=(H - 4.0) text-anchor="end" { (b.format("%H:%M UTC")) }
+                        }
                     }
                     @for (name, class, pts) in lines {
-                        @if !pts.is_empty() {
+                        @if let [(t, v)] = pts {
+                            // A polyline of one point draws nothing.
+                            circle class=(class) cx=(format!("{:.1}", x(*t))) cy=(format!("{:.1}", y(*v))) r="3" {
+                                title { (name) }
+                            }
+                        } @else if !pts.is_empty() {
                             polyline class=(class) points=(polyline(pts, &x, &y)) {
                                 title { (name) }
                             }
