@@ -566,13 +566,15 @@ async fn screenshots_of_the_tour(pool: PgPool) {
     assert_eq!(browser.count("table#fire-times tbody tr").await, 10);
     screenshot(&browser, "task").await;
 
-    // The DEAD queue with its actions.
+    // The DEAD queue with its actions: DEAD instances and FAILED ones waiting for a retry; only
+    // FAILED rows can be cancelled (DEAD is final).
     browser.goto("/ui/dead").await;
     assert_eq!(
         browser.count("table#instances tr[data-instance-id]").await,
-        dead_total
+        dead_total + failed
     );
-    assert_eq!(browser.count("button.retry-one").await, dead_total);
+    assert_eq!(browser.count("button.retry-one").await, dead_total + failed);
+    assert_eq!(browser.count("button.cancel-one").await, failed);
     assert_eq!(browser.count("#retry-selected").await, 1);
     screenshot(&browser, "dead-queue").await;
 }
