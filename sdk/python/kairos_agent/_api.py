@@ -228,13 +228,24 @@ def complete_many(items: Sequence[Completion]) -> Call[List[CompletionResult]]:
     return Call("POST", "/v1/completions", _completion_results, json=body)
 
 
+def _completion_statuses(r: httpx.Response) -> List[CompletionResult]:
+    out: List[CompletionResult] = []
+    for x in r.json()["results"]:
+        status = x["status"]
+        if type(status) is not int:
+            raise ValueError(f"status must be an integer, got {status!r}")
+        out.append(CompletionResult(str(x["id"]), status, None, x.get("detail")))
+    return out
+
+
 def complete_many_encoded(body: bytes) -> Call[List[CompletionResult]]:
     """``POST /v1/completions`` with a body already encoded (the worker builds it from items it
-    serialised one by one, to keep each request under the server's body limit)."""
+    serialised one by one, to keep each request under the server's body limit). The answers
+    carry no ``instance``: the worker needs only each item's status."""
     return Call(
         "POST",
         "/v1/completions",
-        _completion_results,
+        _completion_statuses,
         content=body,
         headers={"Content-Type": "application/json"},
     )

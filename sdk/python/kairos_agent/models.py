@@ -337,31 +337,47 @@ class Task:
 
 
 def _instance_fields(d: Mapping[str, Any]) -> Dict[str, Any]:
-    return {
-        "id": _str(d, "id"),
-        "task_id": _str(d, "task_id"),
-        "agent_id": _str(d, "agent_id"),
-        "window_key": _str(d, "window_key"),
-        "scheduled_at": _ts_required(d.get("scheduled_at"), "scheduled_at"),
-        "status": _str(d, "status"),
-        "source": _str(d, "source"),
-        "attempt": _int(d, "attempt"),
-        "max_attempts": _int(d, "max_attempts"),
-        "available_at": _ts_required(d.get("available_at"), "available_at"),
-        "lease_expires_at": _ts(d.get("lease_expires_at")),
-        "worker_id": _opt_str(d, "worker_id"),
-        "started_at": _ts(d.get("started_at")),
-        "finished_at": _ts(d.get("finished_at")),
-        "result": d.get("result"),
-        "error": _opt_str(d, "error"),
-        "error_kind": _opt_str(d, "error_kind"),
-        "skip_reason": _opt_str(d, "skip_reason"),
-        "upstream_instance_id": _opt_str(d, "upstream_instance_id"),
-        "upstream_result_digest": _opt_str(d, "upstream_result_digest"),
-        "idempotency_key": _str(d, "idempotency_key"),
-        "created_at": _ts_required(d.get("created_at"), "created_at"),
-        "updated_at": _ts_required(d.get("updated_at"), "updated_at"),
-    }
+    # On the worker's hot path (every claimed instance): plain lookups, checked by type.
+    try:
+        fields: Dict[str, Any] = {
+            "id": d["id"],
+            "task_id": d["task_id"],
+            "agent_id": d["agent_id"],
+            "window_key": d["window_key"],
+            "scheduled_at": parse_timestamp(d["scheduled_at"]),
+            "status": d["status"],
+            "source": d["source"],
+            "attempt": d["attempt"],
+            "max_attempts": d["max_attempts"],
+            "available_at": parse_timestamp(d["available_at"]),
+            "lease_expires_at": _ts(d.get("lease_expires_at")),
+            "worker_id": d.get("worker_id"),
+            "started_at": _ts(d.get("started_at")),
+            "finished_at": _ts(d.get("finished_at")),
+            "result": d.get("result"),
+            "error": d.get("error"),
+            "error_kind": d.get("error_kind"),
+            "skip_reason": d.get("skip_reason"),
+            "upstream_instance_id": d.get("upstream_instance_id"),
+            "upstream_result_digest": d.get("upstream_result_digest"),
+            "idempotency_key": d["idempotency_key"],
+            "created_at": parse_timestamp(d["created_at"]),
+            "updated_at": parse_timestamp(d["updated_at"]),
+        }
+    except KeyError as e:
+        raise ValueError(f"an instance without {e.args[0]!r}") from e
+    except TypeError as e:
+        raise ValueError(f"an instance with a malformed timestamp: {e}") from e
+    for key in ("id", "task_id", "agent_id", "window_key", "status", "source", "idempotency_key"):
+        if type(fields[key]) is not str:
+            raise ValueError(f"{key} must be a string, got {fields[key]!r}")
+    for key in ("attempt", "max_attempts"):
+        if type(fields[key]) is not int:
+            raise ValueError(f"{key} must be an integer, got {fields[key]!r}")
+    for key in ("worker_id", "error", "error_kind", "skip_reason", "upstream_instance_id", "upstream_result_digest"):
+        if fields[key] is not None and type(fields[key]) is not str:
+            raise ValueError(f"{key} must be a string or null, got {fields[key]!r}")
+    return fields
 
 
 @dataclass
@@ -412,38 +428,60 @@ class LeaseLost:
     :meth:`wait_async`. ``reason`` says why it was set.
     """
 
+    __slots__ = ("_set", "_lock", "_event", "_waiters", "reason")
+
     def __init__(self) -> None:
-        self._event = threading.Event()
+        # The thread event is made only when someone waits: most leases are never lost.
+        self._set = False
         self._lock = threading.Lock()
+        self._event: Optional[threading.Event] = None
         self._waiters: List[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]] = []
         self.reason: Optional[str] = None
 
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return self._set
 
     def __bool__(self) -> bool:
-        return self._event.is_set()
+        return self._set
+
+    # A signal shared by every copy of its instance (dataclasses.asdict deep-copies fields).
+    def __copy__(self) -> "LeaseLost":
+        return self
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "LeaseLost":
+        return self
 
     def set(self, reason: str) -> None:
         with self._lock:
-            if self._event.is_set():
+            if self._set:
                 return
             self.reason = reason
-            self._event.set()
+            self._set = True
+            if self._event is not None:
+                self._event.set()
             waiters, self._waiters = self._waiters, []
         for loop, fut in waiters:
-            loop.call_soon_threadsafe(_resolve, fut)
+            try:
+                loop.call_soon_threadsafe(_resolve, fut)
+            except RuntimeError:
+                pass  # that waiter's loop has closed
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Block until the lease is lost or ``timeout`` seconds pass; True when lost."""
-        return self._event.wait(timeout)
+        with self._lock:
+            if self._set:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     async def wait_async(self) -> None:
         """Return once the lease is lost."""
         loop = asyncio.get_running_loop()
         fut: "asyncio.Future[None]" = loop.create_future()
         with self._lock:
-            if self._event.is_set():
+            if self._set:
                 return
             self._waiters.append((loop, fut))
         await fut

@@ -24,6 +24,7 @@ import hmac
 import inspect
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union, cast
@@ -38,6 +39,8 @@ from .worker import MAX_RESULT_BYTES, Fatal, Handler, _error_text
 __all__ = ["WebhookReceiver", "WebhookStats", "sign", "verify_signature"]
 
 log = logging.getLogger("kairos_agent.webhook")
+
+_STAMP = re.compile(r"[0-9]{1,20}")
 
 #: Largest push body the receiver reads (a claimed instance with a 64 KiB context fits).
 MAX_PUSH_BYTES = 1 << 20
@@ -80,15 +83,17 @@ def verify_signature(
             stamp = value
         elif key == "v1":
             candidates.append(value)
-    if stamp is None or not stamp.isdigit() or not candidates:
+    if stamp is None or not _STAMP.fullmatch(stamp) or not candidates:
         return False
     if tolerance is not None:
         clock = time.time() if now is None else now
         if abs(clock - int(stamp)) > tolerance:
             return False
     key_bytes = secret.encode("utf-8") if isinstance(secret, str) else secret
-    expected = hmac.new(key_bytes, stamp.encode("ascii") + b"." + body, hashlib.sha256).hexdigest()
-    return any(hmac.compare_digest(expected, c) for c in candidates)
+    expected = hmac.new(key_bytes, stamp.encode("ascii") + b"." + body, hashlib.sha256).hexdigest().encode("ascii")
+    # Compared as bytes: compare_digest refuses str with non-ASCII characters, and a header
+    # is whatever the sender put there.
+    return any(hmac.compare_digest(expected, c.encode("utf-8", "replace")) for c in candidates)
 
 
 @dataclass

@@ -73,6 +73,8 @@ MAX_BATCH_BODY_BYTES = 200_000
 MAX_ERROR_CHARS = 4000
 #: How long the worker keeps trying to report the outcomes it holds once shutdown is under way.
 REPORT_TIMEOUT = 10.0
+#: How long a claim waits for more handlers to finish once one has (seconds).
+CLAIM_GATHER_SECONDS = 0.005
 #: Batch completions sent at once.
 MAX_FLUSHES_IN_FLIGHT = 2
 
@@ -92,6 +94,8 @@ class Fatal(Exception):
 class WorkerStats:
     """What a worker did. Updated on the worker's event loop; safe to read from any thread."""
 
+    #: Claim requests answered (with or without instances).
+    claims: int = 0
     #: Instances claimed.
     claimed: int = 0
     #: Successes the server accepted.
@@ -147,21 +151,25 @@ class _Completed:
 
 class _ThreadPool:
     """Daemon threads for sync handlers: a handler stuck past shutdown cannot keep the
-    process alive (the attempt is given up and failed; the thread's late result is dropped)."""
+    process alive (the attempt is given up and failed; the thread's late result is dropped).
 
-    def __init__(self, size: int, name: str) -> None:
-        self._queue: "queue.SimpleQueue[Optional[Tuple[Any, ...]]]" = queue.SimpleQueue()
+    Outcomes go back to the event loop through one inbox, and only the first outcome of a
+    burst wakes the loop: a batch of short handlers costs one wake-up, not one per handler."""
+
+    def __init__(self, size: int, name: str, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: "queue.SimpleQueue[Optional[Tuple[asyncio.Future[Any], Callable[[ClaimedInstance], Any], ClaimedInstance]]]" = queue.SimpleQueue()
+        self._inbox: Deque[Tuple["asyncio.Future[Any]", bool, Any]] = deque()
+        self._inbox_lock = threading.Lock()
         self._threads = [
             threading.Thread(target=self._work, name=f"{name}-{n}", daemon=True) for n in range(size)
         ]
         for t in self._threads:
             t.start()
 
-    def submit(
-        self, loop: asyncio.AbstractEventLoop, fn: Callable[[ClaimedInstance], Any], arg: ClaimedInstance
-    ) -> "asyncio.Future[Any]":
-        fut: "asyncio.Future[Any]" = loop.create_future()
-        self._queue.put((loop, fut, fn, arg))
+    def submit(self, fn: Callable[[ClaimedInstance], Any], arg: ClaimedInstance) -> "asyncio.Future[Any]":
+        fut: "asyncio.Future[Any]" = self._loop.create_future()
+        self._queue.put((fut, fn, arg))
         return fut
 
     def shutdown(self) -> None:
@@ -173,7 +181,7 @@ class _ThreadPool:
             item = self._queue.get()
             if item is None:
                 return
-            loop, fut, fn, arg = item
+            fut, fn, arg = item
             try:
                 outcome: Any = fn(arg)
                 ok = True
@@ -181,11 +189,21 @@ class _ThreadPool:
                 outcome, ok = e, False
             except BaseException as e:  # SystemExit and the like in a handler thread
                 outcome, ok = RuntimeError(f"handler raised {type(e).__name__}: {e}"), False
-            try:
-                loop.call_soon_threadsafe(_settle, fut, ok, outcome)
-            except RuntimeError:
-                # The worker's loop has closed: the attempt was given up at shutdown.
-                log.debug("handler of instance %s finished after the worker stopped", getattr(arg, "id", "?"))
+            with self._inbox_lock:
+                wake = not self._inbox
+                self._inbox.append((fut, ok, outcome))
+            if wake:
+                try:
+                    self._loop.call_soon_threadsafe(self._deliver)
+                except RuntimeError:
+                    # The worker's loop has closed: the attempt was given up at shutdown.
+                    log.debug("handler of instance %s finished after the worker stopped", arg.id)
+
+    def _deliver(self) -> None:
+        with self._inbox_lock:
+            outcomes, self._inbox = self._inbox, deque()
+        for fut, ok, outcome in outcomes:
+            _settle(fut, ok, outcome)
 
 
 def _settle(fut: "asyncio.Future[Any]", ok: bool, outcome: Any) -> None:
@@ -224,8 +242,8 @@ class Worker:
     :param url: the kairos API, e.g. ``http://127.0.0.1:8080``.
     :param agent_id: whose instances to claim.
     :param token: a bearer token with the ``agent`` (or ``admin``) role, if the server has tokens.
-    :param concurrency: most handlers running at once (and instances held under leases
-        before their handler starts: none; a claim takes at most the free slots).
+    :param concurrency: most handlers running at once; a claim takes at most the free slots,
+        so no instance waits under a lease for a handler to start.
     :param batch: most successes in one ``POST /v1/completions`` (1-500).
     :param lease_seconds: the lease asked for on each claim and heartbeat; heartbeats go out
         every third of it.
@@ -237,6 +255,7 @@ class Worker:
     :param shutdown_grace: how long running handlers may finish after a stop (seconds).
     :param handle_signals: install SIGTERM/SIGINT handlers while running (only possible, and
         only done, in the main thread).
+    :param transport: an ``httpx`` transport for the worker's requests (proxies, tests).
     """
 
     def __init__(
@@ -332,7 +351,7 @@ class Worker:
         self._reports: Set["asyncio.Future[None]"] = set()
         self._beats: Set["asyncio.Future[None]"] = set()
         self._fatal: Optional[KairosError] = None
-        self._pool = None if self._is_async else _ThreadPool(self.concurrency, f"kairos-{self.agent_id}")
+        self._pool = None if self._is_async else _ThreadPool(self.concurrency, f"kairos-{self.agent_id}", loop)
         self._client = AsyncClient(
             self.url,
             self._token,
@@ -422,6 +441,15 @@ class Worker:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
+            # Short handlers free their slots in bursts: take the burst in one claim rather
+            # than one claim per slot. Long handlers cost at most this wait per claim.
+            while 0 < self._running and free < self.concurrency and not self._stopping.is_set():
+                self._slot_freed.clear()
+                try:
+                    await asyncio.wait_for(self._slot_freed.wait(), timeout=CLAIM_GATHER_SECONDS)
+                except asyncio.TimeoutError:
+                    break
+                free = self.concurrency - self._running
             try:
                 claimed = await self._client.claim(
                     self.agent_id,
@@ -431,6 +459,7 @@ class Worker:
                     wait_seconds=self.wait_seconds,
                 )
                 failures = 0
+                self.stats.claims += 1
             except (Unauthorized, Invalid, NotFound) as e:
                 # The claims themselves are refused (token, agent id, lease bounds): retrying
                 # cannot help, so the worker stops and run() raises this.
@@ -464,7 +493,7 @@ class Worker:
         if len(self._jobs) == 1:
             self._beat_wake.set()
         if self._pool is not None:
-            fut = self._pool.submit(loop, self._handler, instance)
+            fut = self._pool.submit(self._handler, instance)
         else:
             fut = asyncio.ensure_future(cast(Awaitable[Any], self._handler(instance)))
         job.future = fut
@@ -475,6 +504,7 @@ class Worker:
     def _handler_done(self, job: _Job, fut: "asyncio.Future[Any]") -> None:
         self._running -= 1
         self._slot_freed.set()
+        self._more.set()  # the completion batch may be as full as it gets now
         instance = job.instance
         if job.given_up:
             log.info("handler of %s finished after the attempt was given up at shutdown; its outcome is dropped",
@@ -599,7 +629,8 @@ class Worker:
         while True:
             await self._queued.wait()
             deadline = loop.time() + self.linger
-            while len(self._queue) < self.batch and not self._flush_now:
+            # Linger only while handlers still run: nothing else can join this batch.
+            while len(self._queue) < self.batch and not self._flush_now and self._running > 0:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break

@@ -102,6 +102,10 @@ def test_verify_signature_matches_the_daemons_real_pushes(kairos: Kairos) -> Non
     assert not verify_signature(SECRET, None, body)
     assert not verify_signature(SECRET, "v1=" + header.split("v1=")[1], body)
     assert not verify_signature(SECRET, "garbage", body)
+    # Hostile headers are refused, never an exception (a receiver must not answer 500).
+    assert not verify_signature(SECRET, f"t=\u00b2,v1={header.split('v1=')[1]}", body)
+    assert not verify_signature(SECRET, f"t={stamp},v1=\u00e9\u00e9", body)
+    assert not verify_signature(SECRET, f"t={stamp},v1=", body)
     # A rotated secret: the old and the new signature side by side.
     rotated = sign("old-secret", body, stamp) + "," + header.split(",")[1]
     assert verify_signature(SECRET, rotated, body)
