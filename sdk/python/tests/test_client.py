@@ -1,0 +1,222 @@
+"""Client and AsyncClient against a real kairos: every call's shape, the error mapping and
+declarative apply."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+from datetime import datetime, timezone
+
+import pytest
+
+from conftest import Kairos
+from kairos_agent import (
+    Client,
+    Completion,
+    Forbidden,
+    Invalid,
+    NotFound,
+    Stale,
+    TaskSpec,
+    Unauthorized,
+    VersionMismatch,
+    cron,
+    interval,
+    manual,
+)
+
+
+def test_task_calls_round_trip_through_the_api(kairos: Kairos) -> None:
+    with kairos.client() as c:
+        spec = TaskSpec(
+            id="daily_report_001",
+            agent_id="report_agent",
+            trigger=cron("0 30 8 * * *", "Asia/Shanghai"),
+            execution={"max_retries": 2, "retry_backoff": {"base_seconds": 5}},
+            context={"params": {"region": "cn-north"}},
+        )
+        task = c.put_task(spec)
+        assert task.id == "daily_report_001"
+        assert task.trigger == {"type": "cron", "expr": "0 30 8 * * *", "timezone": "Asia/Shanghai"}
+        assert task.execution["max_retries"] == 2
+        assert task.execution["retry_backoff"]["base_seconds"] == 5
+        assert task.execution["concurrency_limit"] == 1  # the server's default, filled in
+        assert task.version == 1
+        assert task.next_fire_at is not None and task.next_fire_at.tzinfo is not None
+        # 08:30 in Shanghai is 00:30 UTC.
+        assert (task.next_fire_at.hour, task.next_fire_at.minute) == (0, 30)
+
+        assert c.put_task(spec).version == 1  # the same definition: a no-op
+        spec.context = {"params": {"region": "eu"}}
+        assert c.put_task(spec).version == 2
+        with pytest.raises(VersionMismatch):
+            c.put_task(spec, if_match=1)
+        assert c.put_task(spec, if_match=2).version == 2
+
+        assert c.get_task("daily_report_001").context == {"params": {"region": "eu"}}
+        c.put_task(TaskSpec(id="tick", agent_id="other_agent", trigger=interval(3600)))
+        assert [t.id for t in c.list_tasks(agent_id="report_agent").items] == ["daily_report_001"]
+        first = c.list_tasks(limit=1)
+        assert len(first.items) == 1 and first.next_cursor is not None
+        second = c.list_tasks(limit=1, cursor=first.next_cursor)
+        assert [t.id for t in first.items + second.items] == ["daily_report_001", "tick"]
+        assert second.next_cursor is None
+        assert sorted(t.id for t in c.iter_tasks()) == ["daily_report_001", "tick"]
+
+        paused = c.pause_task("tick", reason="maintenance")
+        assert paused.paused and paused.paused_reason == "maintenance"
+        assert [t.id for t in c.list_tasks(paused=True).items] == ["tick"]
+        resumed = c.resume_task("tick")
+        assert not resumed.paused and resumed.paused_reason is None
+
+        run = c.trigger("daily_report_001", window_key="rerun-1", context={"extra": 1})
+        again = c.trigger("daily_report_001", window_key="rerun-1")
+        assert run.id == again.id  # idempotent by key
+        assert run.status == "PENDING" and run.source == "manual"
+        assert run.idempotency_key == "daily_report_001:rerun-1"
+        later = c.trigger("daily_report_001", delay_seconds=3600)
+        assert later.available_at > run.available_at
+
+        detail = c.get_instance(run.id)
+        assert detail.window_key == "rerun-1"
+        assert [(e.from_, e.to) for e in detail.events] == [(None, "PENDING")]
+        listed = c.list_instances(task_id="daily_report_001", status=["PENDING"])
+        assert {i.id for i in listed.items} == {run.id, later.id}
+        assert [i.id for i in c.list_instances(window_key="rerun-1").items] == [run.id]
+        assert c.list_instances(task_id="daily_report_001", from_=datetime(2100, 1, 1, tzinfo=timezone.utc)).items == []
+
+        cancelled = c.cancel_instance(later.id, reason="not needed")
+        assert cancelled.status == "CANCELLED" and cancelled.error == "not needed"
+        assert c.retry_instance(later.id).status == "PENDING"
+
+        c.delete_task("tick")
+        with pytest.raises(NotFound):
+            c.get_task("tick")
+
+
+def test_agent_calls_claim_heartbeat_complete_fail(kairos: Kairos) -> None:
+    with kairos.client() as admin, kairos.client(kairos.agent_token) as agent:
+        admin.put_task(TaskSpec(
+            id="job", agent_id="agent_a", trigger=manual(),
+            execution={"concurrency_limit": 10, "max_retries": 1, "retry_backoff": {"base_seconds": 60}},
+        ))
+        for _ in range(4):
+            admin.trigger("job")
+        claimed = agent.claim("agent_a", "w2", max_instances=3, lease_seconds=30)
+        assert len(claimed) == 3  # at most max_instances
+        assert len(agent.claim("agent_a", "w2", max_instances=3, wait_seconds=1)) == 1
+        assert agent.claim("agent_a", "w2", max_instances=3, wait_seconds=0) == []
+        a, b, c = claimed
+        assert a.lease_token and a.worker_id == "w2" and a.status == "RUNNING"
+        assert dataclasses.asdict(a)["lease_token"] == a.lease_token  # plain data for logs
+        assert a.context == {}
+        assert a.lease_seconds_left is not None and 0 < a.lease_seconds_left <= 31
+
+        beat = agent.heartbeat(a.id, a.lease_token, lease_seconds=120)
+        assert beat.lease_expires_at is not None and a.lease_expires_at is not None
+        assert beat.lease_expires_at > a.lease_expires_at
+
+        done = agent.complete(a.id, a.lease_token, {"rows": 3})
+        assert done.status == "SUCCESS" and done.result == {"rows": 3}
+        with pytest.raises(Stale) as stale:
+            agent.complete(a.id, a.lease_token, {"rows": 4})
+        assert stale.value.status == 409 and "stale lease" in stale.value.detail
+        with pytest.raises(Stale):
+            agent.heartbeat(a.id, a.lease_token)
+
+        failed = agent.fail(b.id, b.lease_token, "upstream answered 503")
+        assert failed.status == "FAILED" and failed.error == "upstream answered 503"
+        assert failed.error_kind == "agent"
+        dead = agent.fail(c.id, c.lease_token, "bad input", retryable=False)
+        assert dead.status == "DEAD" and dead.finished_at is not None
+
+
+def test_complete_many_answers_each_item_in_order(kairos: Kairos) -> None:
+    with kairos.client() as admin, kairos.client(kairos.agent_token) as agent:
+        admin.put_task(TaskSpec(id="batch", agent_id="agent_b", trigger=manual(), execution={"concurrency_limit": 10}))
+        for _ in range(2):
+            admin.trigger("batch")
+        x, y = agent.claim("agent_b", "w", max_instances=2)
+        unknown = str(uuid.uuid4())
+        results = agent.complete_many([
+            Completion(x.id, x.lease_token, {"ok": 1}),
+            Completion(y.id, str(uuid.uuid4())),
+            Completion(unknown, str(uuid.uuid4())),
+        ])
+        assert [(r.id, r.status) for r in results] == [(x.id, 200), (y.id, 409), (unknown, 404)]
+        assert results[0].ok and results[0].instance is not None
+        assert results[0].instance.status == "SUCCESS" and results[0].instance.result == {"ok": 1}
+        assert results[1].detail is not None and "stale lease" in results[1].detail
+        assert admin.get_instance(y.id).status == "RUNNING"  # the stale item wrote nothing
+        with pytest.raises(ValueError):
+            agent.complete_many([])
+
+
+def test_errors_map_to_exceptions(kairos: Kairos) -> None:
+    with kairos.client() as c:
+        with pytest.raises(NotFound) as nf:
+            c.get_task("no_such_task")
+        assert nf.value.status == 404 and nf.value.type.endswith("/not-found")
+
+        with pytest.raises(Invalid) as invalid:
+            c.put_task(TaskSpec(id="bad", agent_id="a", trigger=cron("61 * * * *"), execution={"max_retries": 1000}))
+        fields = {e.field for e in invalid.value.errors}
+        assert {"trigger.expr", "execution.max_retries"} <= fields
+        assert invalid.value.status == 422
+
+    with Client(kairos.url, token="not-a-token") as stranger:
+        with pytest.raises(Unauthorized) as unauth:
+            stranger.list_tasks()
+        assert unauth.value.status == 401 and not isinstance(unauth.value, Forbidden)
+
+    with kairos.client(kairos.agent_token) as agent:
+        with pytest.raises(Forbidden) as forbidden:
+            agent.put_task(TaskSpec(id="x", agent_id="a", trigger=manual()))
+        assert forbidden.value.status == 403 and isinstance(forbidden.value, Unauthorized)
+
+    with kairos.client() as c:
+        c.put_task(TaskSpec(id="t", agent_id="a", trigger=manual()))
+        inst = c.trigger("t")
+        with pytest.raises(Stale):
+            c.retry_instance(inst.id)  # PENDING cannot be retried: an illegal transition
+
+
+def test_apply_creates_replaces_and_leaves_alone(kairos: Kairos) -> None:
+    specs = [
+        TaskSpec(id="report", agent_id="agent_c", trigger=cron("0 8 * * *", "Europe/Paris")),
+        TaskSpec(id="cleanup", agent_id="agent_c", trigger=interval(600), execution={"max_retries": 1}),
+    ]
+    with kairos.client() as c:
+        first = c.apply(specs)
+        assert [(r.id, r.outcome) for r in first] == [("report", "created"), ("cleanup", "created")]
+        assert [(r.id, r.outcome) for r in c.apply(specs)] == [("report", "unchanged"), ("cleanup", "unchanged")]
+        specs[1].execution = {"max_retries": 2}
+        again = c.apply(specs)
+        assert [(r.id, r.outcome) for r in again] == [("report", "unchanged"), ("cleanup", "configured")]
+        assert again[1].task.version == 2 and again[1].task.execution["max_retries"] == 2
+        with pytest.raises(ValueError):
+            c.apply([specs[0], specs[0]])
+        with pytest.raises(Invalid):
+            c.apply([TaskSpec(id="broken", agent_id="agent_c", trigger=cron("not cron"))])
+
+
+def test_async_client_speaks_the_same_api(kairos: Kairos) -> None:
+    async def go() -> None:
+        async with kairos.async_client() as admin, kairos.async_client(kairos.agent_token) as agent:
+            applied = await admin.apply([TaskSpec(id="a1", agent_id="agent_d", trigger=manual())])
+            assert applied[0].outcome == "created"
+            inst = await admin.trigger("a1", context={"k": "v"})
+            [claimed] = await agent.claim("agent_d", "aw", wait_seconds=1)
+            assert claimed.id == inst.id and claimed.context == {"k": "v"}
+            await agent.heartbeat(claimed.id, claimed.lease_token)
+            done = await agent.complete(claimed.id, claimed.lease_token, [1, 2, 3])
+            assert done.result == [1, 2, 3]
+            with pytest.raises(Stale):
+                await agent.fail(claimed.id, claimed.lease_token, "late")
+            assert [t.id async for t in admin.iter_tasks()] == ["a1"]
+            assert [i.id async for i in admin.iter_instances(task_id="a1")] == [inst.id]
+            with pytest.raises(NotFound):
+                await admin.get_instance(str(uuid.uuid4()))
+
+    asyncio.run(go())

@@ -1,0 +1,337 @@
+"""Worker against a real kairos: exactly-once drains, failure kinds, crashes, heartbeats,
+lost leases and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import pytest
+
+from conftest import Kairos, RunningWorker, agent_process, backlog, eventually, trigger_many
+from kairos_agent import ClaimedInstance, Fatal, Retryable, TaskSpec, Unauthorized, Worker, manual
+
+FAST_RETRY: Dict[str, Any] = {"retry_backoff": {"base_seconds": 1, "max_seconds": 1, "jitter": 0.0}}
+
+
+def _worker(k: Kairos, agent_id: str, worker_id: str, **kw: Any) -> Worker:
+    kw.setdefault("wait_seconds", 1)
+    return Worker(k.url, agent_id, token=k.agent_token, worker_id=worker_id, **kw)
+
+
+def _task(k: Kairos, task_id: str, agent_id: str, **execution: Any) -> None:
+    # A high breaker threshold: the tests fail attempts on purpose, and the default (5
+    # consecutive failures) would pause the task.
+    with k.client() as c:
+        c.put_task(TaskSpec(id=task_id, agent_id=agent_id, trigger=manual(),
+                            execution={"concurrency_limit": 1000, **execution},
+                            circuit_breaker={"failure_threshold": 1000}))
+
+
+def test_two_workers_with_concurrency_8_drain_2000_instances_exactly_once(kairos: Kairos) -> None:
+    for t in range(4):
+        _task(kairos, f"drain{t}", "drain_agent", max_retries=0)
+        backlog(kairos, f"drain{t}", "drain_agent", 500)
+    assert kairos.statuses() == {"PENDING": 2000}
+
+    calls: List[Tuple[str, Optional[str]]] = []
+    lock = threading.Lock()
+
+    def handler(instance: ClaimedInstance) -> Dict[str, str]:
+        with lock:
+            calls.append((instance.id, instance.worker_id))
+        return {"window": instance.window_key}
+
+    w1 = _worker(kairos, "drain_agent", "w1", concurrency=8, batch=100)
+    w2 = _worker(kairos, "drain_agent", "w2", concurrency=8, batch=100)
+    started = time.monotonic()
+    with RunningWorker(w1, handler) as r1, RunningWorker(w2, handler) as r2:
+        eventually(lambda: kairos.statuses().get("SUCCESS") == 2000, "2,000 instances SUCCESS", timeout=150)
+        s1, s2 = r1.stop(), r2.stop()
+    elapsed = time.monotonic() - started
+
+    ids = [i for i, _ in calls]
+    assert len(ids) == 2000, f"handler ran {len(ids)} times for 2,000 instances"
+    assert len(set(ids)) == 2000, "an instance ran twice"
+    assert kairos.query(
+        "select status, attempt, count(*) from task_instance group by 1, 2"
+    ) == [("SUCCESS", 1, 2000)]
+    by_worker = dict(kairos.query("select worker_id, count(*) from task_instance group by 1"))
+    assert by_worker == dict(Counter(w for _, w in calls))
+    assert set(by_worker) == {"w1", "w2"} and by_worker["w1"] > 0 and by_worker["w2"] > 0
+    assert s1.succeeded + s2.succeeded == 2000
+    assert s1.claimed + s2.claimed == 2000
+    assert s1.lease_lost + s2.lease_lost == 0 and s1.failed + s2.failed == 0
+    mismatched = kairos.scalar("select count(*) from task_instance where result->>'window' <> window_key")
+    assert mismatched == 0
+    print(f"2 workers x concurrency 8 drained 2,000 instances in {elapsed:.1f}s")
+
+
+def test_fatal_goes_dead_retryable_and_other_exceptions_are_retried(kairos: Kairos) -> None:
+    for name in ("fatal", "retry", "boom"):
+        _task(kairos, name, "fail_agent", max_retries=3, **FAST_RETRY)
+    with kairos.client() as c:
+        ids = {name: c.trigger(name).id for name in ("fatal", "retry", "boom")}
+
+    def handler(instance: ClaimedInstance) -> Any:
+        if instance.task_id == "fatal":
+            raise Fatal("bad input: the report template is missing")
+        if instance.attempt == 1:
+            if instance.task_id == "retry":
+                raise Retryable("upstream answered 503")
+            raise ValueError("kaput")
+        return {"attempt": instance.attempt}
+
+    w = _worker(kairos, "fail_agent", "fw", concurrency=4)
+    with RunningWorker(w, handler) as running:
+        with kairos.client() as c:
+            eventually(lambda: all(c.get_instance(ids[n]).status in ("SUCCESS", "DEAD") for n in ids),
+                       "every instance finished", timeout=30)
+            fatal, retry, boom = (c.get_instance(ids[n]) for n in ("fatal", "retry", "boom"))
+        stats = running.stop()
+
+    assert (fatal.status, fatal.attempt, fatal.error_kind) == ("DEAD", 1, "agent")
+    assert fatal.error == "bad input: the report template is missing"
+    assert [(e.from_, e.to) for e in fatal.events][-1] == ("RUNNING", "DEAD")
+
+    assert (retry.status, retry.attempt, retry.result) == ("SUCCESS", 2, {"attempt": 2})
+    assert any(e.to == "FAILED" and e.reason == "agent: upstream answered 503" for e in retry.events)
+
+    assert (boom.status, boom.attempt) == ("SUCCESS", 2)
+    assert any(e.to == "FAILED" and e.reason == "agent: ValueError: kaput" for e in boom.events)
+
+    assert stats.failed == 3 and stats.succeeded == 2 and stats.lease_lost == 0
+
+
+def test_a_killed_worker_loses_nothing_its_leases_expire_and_another_finishes(kairos: Kairos, tmp_path: Path) -> None:
+    _task(kairos, "crashy", "crash_agent", max_retries=3, **FAST_RETRY)
+    trigger_many(kairos, "crashy", 40)
+    victim = agent_process(kairos, tmp_path, "crash_agent", "victim", concurrency=8, lease_seconds=2, sleep=120)
+    def victim_holds_8() -> Optional[List[str]]:
+        rows = kairos.query("select id::text from task_instance where status = 'RUNNING' and worker_id = 'victim'")
+        return [r[0] for r in rows] if len(rows) == 8 else None
+
+    try:
+        held = eventually(victim_holds_8, "the victim holding 8 instances", timeout=30)
+    except BaseException:
+        victim.kill()
+        raise
+
+    handled: List[str] = []
+    lock = threading.Lock()
+
+    def handler(instance: ClaimedInstance) -> str:
+        with lock:
+            handled.append(instance.id)
+        return "ok"
+
+    survivor = _worker(kairos, "crash_agent", "survivor", concurrency=8, lease_seconds=30)
+    with RunningWorker(survivor, handler) as running:
+        victim.send_signal(signal.SIGKILL)
+        assert victim.wait(timeout=10) == -signal.SIGKILL
+        eventually(lambda: kairos.statuses().get("SUCCESS") == 40, "all 40 instances SUCCESS", timeout=60)
+        stats = running.stop()
+
+    assert sorted(handled) == sorted(set(handled)) and len(handled) == 40
+    assert kairos.query("select distinct worker_id from task_instance") == [("survivor",)]
+    rows = kairos.query("select id::text, attempt from task_instance")
+    assert {i for i, a in rows if a == 2} == set(held), "exactly the victim's instances ran a second attempt"
+    assert {a for i, a in rows if i not in held} == {1}
+    with kairos.client() as c:
+        for instance_id in held:
+            events = c.get_instance(instance_id).events
+            assert any(e.to == "FAILED" and e.actor.startswith("reaper:") and "lease_expired" in (e.reason or "")
+                       for e in events), events
+    assert stats.succeeded == 40
+
+
+def test_heartbeats_keep_a_3s_lease_alive_through_a_10s_handler(kairos: Kairos) -> None:
+    _task(kairos, "slow_sync", "hb_sync", max_retries=0)
+    _task(kairos, "slow_async", "hb_async", max_retries=0)
+    _task(kairos, "unbeaten", "hb_none", max_retries=0)
+    with kairos.client() as c:
+        sync_id = c.trigger("slow_sync").id
+        async_id = c.trigger("slow_async").id
+        control_id = c.trigger("unbeaten").id
+
+    def sync_handler(instance: ClaimedInstance) -> Dict[str, Any]:
+        time.sleep(10)
+        return {"slept": 10, "lost": instance.lease_lost.is_set()}
+
+    async def async_handler(instance: ClaimedInstance) -> Dict[str, Any]:
+        await asyncio.sleep(10)
+        return {"slept": 10, "lost": instance.lease_lost.is_set()}
+
+    ws = _worker(kairos, "hb_sync", "hs", lease_seconds=3)
+    wa = _worker(kairos, "hb_async", "ha", lease_seconds=3)
+    with RunningWorker(ws, sync_handler) as rs, RunningWorker(wa, async_handler) as ra:
+        with kairos.client(kairos.agent_token) as agent, kairos.client() as admin:
+            # The control: the same 3 s lease without heartbeats is reaped well within 10 s.
+            [control] = agent.claim("hb_none", "nobody", lease_seconds=3, wait_seconds=5)
+            assert control.id == control_id
+            reaped = eventually(lambda: admin.get_instance(control_id) if admin.get_instance(control_id).status == "DEAD"
+                                else None, "the unbeaten lease reaped", timeout=15)
+            assert reaped.error_kind == "lease_expired"
+            eventually(lambda: admin.get_instance(sync_id).status == "SUCCESS"
+                       and admin.get_instance(async_id).status == "SUCCESS", "both slow handlers done", timeout=30)
+            done = [admin.get_instance(i) for i in (sync_id, async_id)]
+        s_stats, a_stats = rs.stop(), ra.stop()
+
+    for inst in done:
+        assert inst.attempt == 1 and inst.result == {"slept": 10, "lost": False}
+        assert [e.to for e in inst.events] == ["PENDING", "RUNNING", "SUCCESS"]
+    for stats in (s_stats, a_stats):
+        assert stats.heartbeats >= 6, stats
+        assert stats.lease_lost == 0 and stats.succeeded == 1
+
+
+def test_a_409_on_complete_is_swallowed_counted_and_the_worker_goes_on(kairos: Kairos) -> None:
+    _task(kairos, "cancelled_midway", "c409_agent")
+    with kairos.client() as c:
+        victim_id = c.trigger("cancelled_midway", window_key="victim").id
+    fences_before = kairos.metric("kairos_fence_rejections_total")
+
+    def handler(instance: ClaimedInstance) -> Dict[str, str]:
+        if instance.window_key == "victim":
+            # An operator cancels the run while the handler works: the lease is fenced out.
+            with kairos.client() as admin:
+                admin.cancel_instance(instance.id, reason="operator changed their mind")
+        return {"window": instance.window_key}
+
+    w = _worker(kairos, "c409_agent", "cw", lease_seconds=60)
+    with RunningWorker(w, handler) as running:
+        eventually(lambda: w.stats.complete_conflicts == 1, "the 409 on complete counted", timeout=20)
+        with kairos.client() as c:
+            after_id = c.trigger("cancelled_midway", window_key="after").id
+            eventually(lambda: c.get_instance(after_id).status == "SUCCESS", "the next instance done", timeout=20)
+            victim = c.get_instance(victim_id)
+        stats = running.stop()
+
+    assert victim.status == "CANCELLED" and victim.result is None
+    assert stats.complete_conflicts == 1 and stats.lease_lost == 1
+    assert stats.succeeded == 1 and stats.failed == 0
+    assert kairos.metric("kairos_fence_rejections_total") >= fences_before + 1
+
+
+def test_a_409_on_heartbeat_sets_lease_lost_and_drops_the_result(kairos: Kairos) -> None:
+    _task(kairos, "fenced", "hb409_agent")
+    with kairos.client() as c:
+        inst_id = c.trigger("fenced").id
+    seen: Dict[str, Any] = {}
+
+    def handler(instance: ClaimedInstance) -> str:
+        with kairos.client() as admin:
+            admin.cancel_instance(instance.id)
+        seen["lost"] = instance.lease_lost.wait(timeout=15)
+        seen["reason"] = instance.lease_lost.reason
+        return "too late"
+
+    w = _worker(kairos, "hb409_agent", "hw", lease_seconds=3)
+    with RunningWorker(w, handler) as running:
+        eventually(lambda: w.stats.dropped_results == 1, "the result dropped", timeout=20)
+        stats = running.stop()
+
+    assert seen["lost"] is True and "409" in seen["reason"]
+    assert stats.heartbeat_conflicts == 1 and stats.lease_lost == 1
+    assert stats.succeeded == 0 and stats.complete_conflicts == 0
+    with kairos.client() as c:
+        assert c.get_instance(inst_id).status == "CANCELLED"
+
+
+def test_shutdown_gives_up_handlers_past_the_grace_as_retryable_failures(kairos: Kairos) -> None:
+    _task(kairos, "stuck", "sd_agent", max_retries=2, **FAST_RETRY)
+    with kairos.client() as c:
+        inst_id = c.trigger("stuck").id
+    seen: Dict[str, Any] = {}
+
+    async def handler(instance: ClaimedInstance) -> str:
+        if instance.attempt == 1:
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                seen["lost"] = instance.lease_lost.reason
+                raise
+        return f"done on attempt {instance.attempt}"
+
+    w = _worker(kairos, "sd_agent", "sd1", shutdown_grace=0.5)
+    with RunningWorker(w, handler) as running:
+        with kairos.client() as c:
+            eventually(lambda: c.get_instance(inst_id).status == "RUNNING", "the instance running", timeout=20)
+        started = time.monotonic()
+        stats = running.stop()
+        assert time.monotonic() - started < 5
+    assert stats.given_up_at_shutdown == 1 and stats.failed == 1
+    assert "shut down" in seen["lost"]
+    with kairos.client() as c:
+        failed = c.get_instance(inst_id)
+        assert failed.status == "FAILED" and failed.error == "worker sd1 shut down before the handler finished"
+
+        w2 = _worker(kairos, "sd_agent", "sd2")
+        with RunningWorker(w2, handler) as running2:
+            eventually(lambda: c.get_instance(inst_id).status == "SUCCESS", "the retry done elsewhere", timeout=20)
+            running2.stop()
+        assert c.get_instance(inst_id).result == "done on attempt 2"
+
+
+def test_sigterm_stops_claiming_and_lets_running_handlers_finish(kairos: Kairos, tmp_path: Path) -> None:
+    _task(kairos, "graceful", "sig_agent")
+    with kairos.client() as c:
+        first = c.trigger("graceful").id
+    proc = agent_process(kairos, tmp_path, "sig_agent", "sigw", concurrency=1, sleep=2, grace=20)
+    try:
+        with kairos.client() as c:
+            eventually(lambda: c.get_instance(first).status == "RUNNING", "the first instance running", timeout=30)
+            proc.send_signal(signal.SIGTERM)
+            second = c.trigger("graceful").id
+            assert proc.wait(timeout=20) == 0
+            done = c.get_instance(first)
+            assert (done.status, done.attempt, done.result) == ("SUCCESS", 1, {"worker": "sigw"})
+            assert c.get_instance(second).status == "PENDING", "a stopping worker claimed new work"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = (tmp_path / "sigw.log").read_text()
+    assert "received SIGTERM" in log
+
+
+def test_a_refused_token_stops_the_worker_with_the_error(kairos: Kairos) -> None:
+    w = Worker(kairos.url, "any_agent", token="wrong-token", worker_id="nw", wait_seconds=1)
+    started = time.monotonic()
+    with pytest.raises(Unauthorized):
+        w.run(lambda instance: None)
+    assert time.monotonic() - started < 5
+
+
+def test_results_that_cannot_be_stored_fail_the_attempt_for_good(kairos: Kairos) -> None:
+    _task(kairos, "odd", "odd_agent", max_retries=3)
+    with kairos.client() as c:
+        ids = {k: c.trigger("odd", window_key=k).id for k in ("huge", "nan", "nul", "fine")}
+
+    def handler(instance: ClaimedInstance) -> Any:
+        return {
+            "huge": lambda: "x" * 70_000,
+            "nan": lambda: float("nan"),
+            "nul": lambda: {"text": "a\x00b"},
+            "fine": lambda: {"ok": True},
+        }[instance.window_key]()
+
+    w = _worker(kairos, "odd_agent", "ow", concurrency=4)
+    with RunningWorker(w, handler) as running:
+        with kairos.client() as c:
+            eventually(lambda: all(c.get_instance(i).status in ("SUCCESS", "DEAD") for i in ids.values()),
+                       "all four settled", timeout=30)
+            got = {k: c.get_instance(i) for k, i in ids.items()}
+        stats = running.stop()
+    assert got["fine"].status == "SUCCESS" and got["fine"].result == {"ok": True}
+    for k in ("huge", "nan", "nul"):
+        assert got[k].status == "DEAD" and got[k].attempt == 1, (k, got[k])
+    assert "70002 bytes" in (got["huge"].error or "")
+    assert "not JSON" in (got["nan"].error or "")
+    assert "refused" in (got["nul"].error or "")
+    assert stats.succeeded == 1 and stats.failed == 3
