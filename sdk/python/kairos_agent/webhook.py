@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import inspect
 import json
 import logging
 import re
@@ -34,7 +33,7 @@ import httpx
 from . import _api
 from .errors import KairosError, NotFound, Stale
 from .models import ClaimedInstance
-from .worker import MAX_RESULT_BYTES, Fatal, Handler, _error_text
+from .worker import MAX_RESULT_BYTES, Fatal, Handler, _error_text, _is_async
 
 __all__ = ["WebhookReceiver", "WebhookStats", "sign", "verify_signature"]
 
@@ -160,9 +159,7 @@ class WebhookReceiver:
         self.lease_seconds = lease_seconds
         self.tolerance = tolerance
         self.stats = WebhookStats()
-        self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-            getattr(handler, "__call__", None)
-        )
+        self._is_async = _is_async(handler)
         self._headers = {"User-Agent": "kairos-agent-python"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"

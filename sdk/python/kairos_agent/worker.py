@@ -47,7 +47,6 @@ import httpx
 from . import _api
 from .client import AsyncClient
 from .errors import (
-    Forbidden,
     Invalid,
     KairosError,
     NotFound,
@@ -216,10 +215,11 @@ def _settle(fut: "asyncio.Future[Any]", ok: bool, outcome: Any) -> None:
 
 
 def _is_async(handler: Handler) -> bool:
+    """Whether the handler is an ``async def`` function, or an object whose class defines an
+    ``async def __call__``."""
     if inspect.iscoroutinefunction(handler):
         return True
-    call = getattr(handler, "__call__", None)
-    return call is not None and inspect.iscoroutinefunction(call)
+    return inspect.iscoroutinefunction(type(handler).__call__)
 
 
 def _error_text(exc: BaseException) -> str:

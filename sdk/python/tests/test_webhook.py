@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Mapping, Tuple
+from typing import Any, Dict, List, Tuple
 
-import pytest
 import uvicorn
 
 from conftest import Kairos, eventually, free_port

@@ -4,18 +4,19 @@ lost leases and shutdown."""
 from __future__ import annotations
 
 import asyncio
-import os
+import functools
 import signal
 import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
 from conftest import Kairos, RunningWorker, agent_process, backlog, eventually, trigger_many
 from kairos_agent import ClaimedInstance, Fatal, Retryable, TaskSpec, Unauthorized, Worker, manual
+from kairos_agent.worker import _is_async
 
 FAST_RETRY: Dict[str, Any] = {"retry_backoff": {"base_seconds": 1, "max_seconds": 1, "jitter": 0.0}}
 
@@ -32,6 +33,22 @@ def _task(k: Kairos, task_id: str, agent_id: str, **execution: Any) -> None:
         c.put_task(TaskSpec(id=task_id, agent_id=agent_id, trigger=manual(),
                             execution={"concurrency_limit": 1000, **execution},
                             circuit_breaker={"failure_threshold": 1000}))
+
+
+def test_handlers_are_told_apart_by_how_they_are_declared() -> None:
+    async def coroutine_fn(instance: ClaimedInstance) -> None:
+        return None
+
+    class AsyncCallable:
+        async def __call__(self, instance: ClaimedInstance) -> None:
+            return None
+
+    class SyncCallable:
+        def __call__(self, instance: ClaimedInstance) -> None:
+            return None
+
+    assert _is_async(coroutine_fn) and _is_async(AsyncCallable()) and _is_async(functools.partial(coroutine_fn))
+    assert not _is_async(lambda instance: None) and not _is_async(SyncCallable()) and not _is_async(print)
 
 
 def test_two_workers_with_concurrency_8_drain_2000_instances_exactly_once(kairos: Kairos) -> None:
