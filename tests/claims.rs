@@ -930,3 +930,90 @@ async fn concurrent_batches_and_the_reaper_over_the_same_tasks_never_deadlock(po
         );
     }
 }
+
+#[sqlx::test]
+async fn an_attempt_given_back_with_retry_at_once_is_claimable_without_the_backoff(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    // A claimed attempt of a fresh manual task (agent = task id) with a 10-minute backoff.
+    let claimed = |task: &'static str| {
+        let app = &app;
+        async move {
+            let (status, _) = json(
+                app.put(
+                    &format!("/v1/tasks/{task}"),
+                    serde_json::json!({"agent_id": task, "trigger": {"type": "manual"},
+                        "execution": {"max_retries": 2,
+                            "retry_backoff": {"base_seconds": 600, "max_seconds": 600, "jitter": 0}}}),
+                )
+                .await,
+            )
+            .await;
+            assert_eq!(status, 201);
+            app.post(&format!("/v1/tasks/{task}/trigger"), serde_json::json!({}))
+                .await;
+            let (_, page) = json(
+                app.post(
+                    "/v1/claims",
+                    serde_json::json!({"agent_id": task, "worker_id": "w", "max_instances": 1}),
+                )
+                .await,
+            )
+            .await;
+            page["instances"][0].clone()
+        }
+    };
+    let fail = |inst: Value, body: Value| {
+        let app = &app;
+        async move {
+            let id = inst["id"].as_str().expect("claimed one").to_owned();
+            let mut body = body;
+            body["lease_token"] = inst["lease_token"].clone();
+            body["error"] = "shutting down".into();
+            let (status, answer) =
+                json(app.post(&format!("/v1/instances/{id}/fail"), body).await).await;
+            (status, answer, id)
+        }
+    };
+    let wait_of = |id: String| {
+        let pool = &pool;
+        async move {
+            sqlx::query_scalar::<_, f64>(
+                "select extract(epoch from available_at - now())::float8 from task_instance \
+                 where id = $1::uuid",
+            )
+            .bind(&id)
+            .fetch_one(pool)
+            .await
+            .expect("instance")
+        }
+    };
+
+    let (status, answer, id) = fail(claimed("plain_fail").await, serde_json::json!({})).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("FAILED")));
+    let backoff = wait_of(id).await;
+    assert!(
+        backoff > 500.0,
+        "a plain failure waits the backoff: {backoff} s"
+    );
+
+    let (status, answer, id) = fail(
+        claimed("given_back").await,
+        serde_json::json!({"retry_at_once": true}),
+    )
+    .await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("FAILED")));
+    let at_once = wait_of(id).await;
+    assert!(
+        at_once <= 1.0,
+        "a given-back attempt is retryable at once: {at_once} s"
+    );
+
+    // Only a retryable failure can be retried at once.
+    let (status, problem, _) = fail(
+        claimed("fatal_at_once").await,
+        serde_json::json!({"retryable": false, "retry_at_once": true}),
+    )
+    .await;
+    assert_eq!(status, 422);
+    assert_eq!(problem["errors"][0]["field"], "retry_at_once");
+}

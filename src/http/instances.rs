@@ -226,14 +226,27 @@ async fn fail(
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_instance_id(&id)?;
     scoped_lease_holder(&state, &principal, id).await?;
-    let m = body_object(body, &["lease_token", "error", "retryable"])?;
+    let m = body_object(
+        body,
+        &["lease_token", "error", "retryable", "retry_at_once"],
+    )?;
     let token = lease_token_field(&m)?;
     let error = string_field(&m, "error", true, MAX_ERROR_INPUT)?.unwrap_or_default();
-    let retryable = match m.get("retryable") {
-        None | Some(Value::Null) => true,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(ApiError::invalid("retryable", "must be a boolean")),
+    let flag = |name: &str, default: bool| match m.get(name) {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(ApiError::invalid(name, "must be a boolean")),
     };
+    let retryable = flag("retryable", true)?;
+    // An agent giving an attempt back (shutting down, say) rather than failing it: the retry
+    // may start at once instead of after the task's backoff.
+    let retry_at_once = flag("retry_at_once", false)?;
+    if retry_at_once && !retryable {
+        return Err(ApiError::invalid(
+            "retry_at_once",
+            "only a retryable failure can be retried at once",
+        ));
+    }
     let inst = state
         .group
         .fail(store_instances::FailureReport {
@@ -241,13 +254,13 @@ async fn fail(
             lease_token: token,
             error,
             retryable,
-            retry_at_once: false,
+            retry_at_once,
             error_kind: "agent",
             actor: None,
         })
         .await
         .map_err(|e| not_found_instance(e, &id))?;
-    tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, status = %inst.status, retryable, reason = %inst.error.as_deref().unwrap_or(""), "instance failed");
+    tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, status = %inst.status, retryable, retry_at_once, reason = %inst.error.as_deref().unwrap_or(""), "instance failed");
     Ok(Json(instance_json(&inst)))
 }
 

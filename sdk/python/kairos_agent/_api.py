@@ -251,12 +251,16 @@ def complete_many_encoded(body: bytes) -> Call[List[CompletionResult]]:
     )
 
 
-def fail(instance_id: str, lease_token: str, error: str, retryable: bool) -> Call[Instance]:
+def fail(instance_id: str, lease_token: str, error: str, retryable: bool,
+         retry_at_once: bool = False) -> Call[Instance]:
+    body: Dict[str, Any] = {"lease_token": lease_token, "error": error, "retryable": retryable}
+    if retry_at_once:
+        body["retry_at_once"] = True
     return Call(
         "POST",
         f"/v1/instances/{_seg(instance_id)}/fail",
         _instance,
-        json={"lease_token": lease_token, "error": error, "retryable": retryable},
+        json=body,
     )
 
 

@@ -268,10 +268,12 @@ class Client:
         own lease token and answered in order (200, 409 or 404)."""
         return self._do(_api.complete_many(items))
 
-    def fail(self, instance_id: str, lease_token: str, error: str, *, retryable: bool = True) -> Instance:
-        """End the attempt: FAILED (retried after the backoff) or DEAD (``retryable=False`` or
-        no attempts left)."""
-        return self._do(_api.fail(instance_id, lease_token, error, retryable))
+    def fail(self, instance_id: str, lease_token: str, error: str, *, retryable: bool = True,
+             retry_at_once: bool = False) -> Instance:
+        """End the attempt: FAILED (retried after the backoff, or at once with
+        ``retry_at_once=True``: an attempt given back, e.g. at shutdown) or DEAD
+        (``retryable=False`` or no attempts left)."""
+        return self._do(_api.fail(instance_id, lease_token, error, retryable, retry_at_once))
 
 
 class AsyncClient:
@@ -459,5 +461,6 @@ class AsyncClient:
     async def _complete_many_encoded(self, body: bytes) -> List[CompletionResult]:
         return await self._do(_api.complete_many_encoded(body))
 
-    async def fail(self, instance_id: str, lease_token: str, error: str, *, retryable: bool = True) -> Instance:
-        return await self._do(_api.fail(instance_id, lease_token, error, retryable))
+    async def fail(self, instance_id: str, lease_token: str, error: str, *, retryable: bool = True,
+                   retry_at_once: bool = False) -> Instance:
+        return await self._do(_api.fail(instance_id, lease_token, error, retryable, retry_at_once))

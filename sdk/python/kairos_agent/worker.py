@@ -19,8 +19,8 @@ The rules it keeps:
   trying.
 * Shutdown: stop claiming at once, let running handlers finish for up to ``shutdown_grace``
   seconds (their results are still reported), then give the rest up: each is failed with
-  ``retryable: true`` so it is retried after the task's backoff instead of waiting for its
-  lease to expire. A second signal ends the grace at once.
+  ``retryable: true, retry_at_once: true`` so another worker can take it at once instead of
+  waiting for its lease to expire or the task's backoff. A second signal ends the grace at once.
 """
 
 from __future__ import annotations
@@ -579,10 +579,10 @@ class Worker:
         tasks.add(t)
         t.add_done_callback(tasks.discard)
 
-    def _report_failure(self, job: _Job, error: str, *, retryable: bool) -> None:
-        self._spawn(self._send_failure(job, error, retryable))
+    def _report_failure(self, job: _Job, error: str, *, retryable: bool, at_once: bool = False) -> None:
+        self._spawn(self._send_failure(job, error, retryable, at_once))
 
-    async def _send_failure(self, job: _Job, error: str, retryable: bool) -> None:
+    async def _send_failure(self, job: _Job, error: str, retryable: bool, at_once: bool = False) -> None:
         i = job.instance
         failures = 0
         loop = asyncio.get_running_loop()
@@ -590,7 +590,8 @@ class Worker:
         try:
             while True:
                 try:
-                    after = await self._client.fail(i.id, i.lease_token, error, retryable=retryable)
+                    after = await self._client.fail(i.id, i.lease_token, error, retryable=retryable,
+                                                    retry_at_once=at_once)
                 except Stale as e:
                     self.stats.fail_conflicts += 1
                     self._lease_lost(job, f"failure report answered 409: {e.detail}")
@@ -825,7 +826,10 @@ class Worker:
                         job.describe(), self.shutdown_grace)
             if self._is_async:
                 job.future.cancel()
-            self._report_failure(job, f"worker {self.worker_id} shut down before the handler finished", retryable=True)
+            # Given back, not failed on its merits: retryable at once, so another worker takes it
+            # without waiting out the task's backoff.
+            self._report_failure(job, f"worker {self.worker_id} shut down before the handler finished",
+                                 retryable=True, at_once=True)
         # Report what is held: the queued successes at once, then every report in flight.
         self._flush_now = True
         self._more.set()

@@ -262,7 +262,10 @@ def test_a_409_on_heartbeat_sets_lease_lost_and_drops_the_result(kairos: Kairos)
 
 
 def test_shutdown_gives_up_handlers_past_the_grace_as_retryable_failures(kairos: Kairos) -> None:
-    _task(kairos, "stuck", "sd_agent", max_retries=2, **FAST_RETRY)
+    # A 10-minute backoff: the retry below happens within seconds only because a given-up
+    # attempt is failed with retry_at_once.
+    _task(kairos, "stuck", "sd_agent", max_retries=2,
+          retry_backoff={"base_seconds": 600, "max_seconds": 600, "jitter": 0})
     with kairos.client() as c:
         inst_id = c.trigger("stuck").id
     seen: Dict[str, Any] = {}
