@@ -239,14 +239,9 @@ async fn fail(
     };
     let retryable = flag("retryable", true)?;
     // An agent giving an attempt back (shutting down, say) rather than failing it: the retry
-    // may start at once instead of after the task's backoff.
+    // may start at once instead of after the task's backoff. A failure that is not retried
+    // (`retryable: false`, or no attempts left) has no retry to hurry, so it changes nothing.
     let retry_at_once = flag("retry_at_once", false)?;
-    if retry_at_once && !retryable {
-        return Err(ApiError::invalid(
-            "retry_at_once",
-            "only a retryable failure can be retried at once",
-        ));
-    }
     let inst = state
         .group
         .fail(store_instances::FailureReport {
