@@ -230,7 +230,7 @@ impl FromRequestParts<AppState> for Session {
     }
 }
 
-/// A console form, checked: same-origin, the session's CSRF token, and an admin session.
+/// A console form of an admin session (see [`SessionForm`] for the other checks).
 pub struct AdminForm {
     pub session: Session,
     pub fields: Vec<(String, String)>,
@@ -286,7 +286,13 @@ pub fn parse_form(body: &[u8]) -> Vec<(String, String)> {
         .collect()
 }
 
-impl axum::extract::FromRequest<AppState> for AdminForm {
+/// A console form of any role, checked: same-origin and the session's CSRF token.
+pub struct SessionForm {
+    pub session: Session,
+    pub fields: Vec<(String, String)>,
+}
+
+impl axum::extract::FromRequest<AppState> for SessionForm {
     type Rejection = UiError;
 
     async fn from_request(req: axum::extract::Request, state: &AppState) -> Result<Self, UiError> {
@@ -307,8 +313,18 @@ impl axum::extract::FromRequest<AppState> for AdminForm {
                 "the form's CSRF token is missing or wrong; reload the page and try again",
             ));
         }
+        Ok(SessionForm { session, fields })
+    }
+}
+
+impl axum::extract::FromRequest<AppState> for AdminForm {
+    type Rejection = UiError;
+
+    async fn from_request(req: axum::extract::Request, state: &AppState) -> Result<Self, UiError> {
+        let path = req.uri().path().to_owned();
+        let SessionForm { session, fields } = SessionForm::from_request(req, state).await?;
         if !session.is_admin() {
-            tracing::warn!(principal = %session.principal.label, path = %parts.uri.path(), reason = "role does not allow this", "console action refused");
+            tracing::warn!(principal = %session.principal.label, path = %path, reason = "role does not allow this", "console action refused");
             return Err(UiError::forbidden(format!(
                 "a {} token may only read",
                 session.principal.role.as_str()

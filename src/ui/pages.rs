@@ -104,39 +104,12 @@ pub async fn login(
     super::login_response(&state, token)
 }
 
-pub async fn logout(form: Result<LogoutForm, UiError>) -> Response {
-    // Logging out needs no admin role, only the session's CSRF token.
+/// Logging out needs no admin role, only a same-origin form with the session's CSRF token; a
+/// request without a session just lands on the login page.
+pub async fn logout(form: Result<super::SessionForm, UiError>) -> Response {
     match form {
         Ok(_) | Err(UiError::Login) => super::logout_response(),
         Err(e) => e.into_response(),
-    }
-}
-
-/// A logout form: same-origin and carrying the session's CSRF token, any role.
-pub struct LogoutForm;
-
-impl axum::extract::FromRequest<AppState> for LogoutForm {
-    type Rejection = UiError;
-
-    async fn from_request(req: axum::extract::Request, state: &AppState) -> Result<Self, UiError> {
-        let (parts, body) = req.into_parts();
-        super::check_same_origin(&parts.headers)?;
-        let session = super::session_of(state, &parts.headers)?;
-        let bytes = axum::body::to_bytes(body, 4096)
-            .await
-            .map_err(|_| UiError::bad_request("the form is too large"))?;
-        let fields = super::parse_form(&bytes);
-        let sent = fields
-            .iter()
-            .find(|(k, _)| k == "csrf")
-            .map_or("", |(_, v)| v.as_str());
-        if super::constant_time_eq(sent.as_bytes(), session.csrf.as_bytes()) {
-            Ok(LogoutForm)
-        } else {
-            Err(UiError::forbidden(
-                "the form's CSRF token is missing or wrong",
-            ))
-        }
     }
 }
 
