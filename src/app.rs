@@ -27,6 +27,7 @@ use crate::services::trigger_loop::{TriggerLoop, TriggerLoopConfig};
 use crate::services::webhook_dispatcher::{WebhookDispatcher, WebhookDispatcherConfig};
 use crate::services::work_signal::WorkSignal;
 use crate::store;
+use crate::store::claim_rounds::{self, ClaimRounds};
 use crate::store::group_commit::{self, GroupCommit};
 
 /// What to run in one process.
@@ -206,6 +207,7 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
         loop_tasks.spawn(notifier.run(loops.child_token()));
     }
 
+    let claim_rounds = ClaimRounds::new(pool.clone(), claim_rounds::DEFAULT_MAX_ROUND);
     let state = AppState {
         pool,
         heartbeats,
@@ -217,6 +219,7 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
         tokens: opts.tokens.clone(),
         outbound: opts.outbound.clone(),
         group,
+        claim_rounds,
         claim_waiters: Arc::new(tokio::sync::Semaphore::new(opts.claims.max_waiters)),
         request_timeout: opts.request_timeout,
         retention_days: opts.retention_days,

@@ -6,7 +6,7 @@ mod common;
 use std::collections::{HashMap, HashSet};
 
 use common::{TestApp, backlog, claim, json};
-use kairos::store::claim::{ClaimScope, claim_scoped};
+use kairos::store::claim::{ClaimRequest, ClaimScope, claim_many, claim_scoped};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
@@ -249,4 +249,124 @@ async fn the_webhook_dispatcher_claims_fairly_across_tasks(pool: PgPool) {
         );
     }
     assert!(!per_task.contains_key("polled"));
+}
+
+/// A shared claim (a claim round) deals one fair pick out in request order: the first request
+/// gets what it would have got alone, the next what a claim right after it would have got,
+/// each under its own worker, lease and actor.
+#[sqlx::test]
+async fn a_shared_claim_deals_the_pick_out_in_request_order_each_under_its_own_lease(
+    pool: PgPool,
+) {
+    let app = TestApp::spawn(pool.clone()).await;
+    put_task(&app, "d", manual("fd", json!({"concurrency_limit": 100}))).await;
+    backlog(&pool, "d", "fd", 6, 60, 1).await;
+    let req = |worker: &str, max: i64, lease: i64| ClaimRequest {
+        agent_id: "fd".to_owned(),
+        worker_id: worker.to_owned(),
+        max_instances: max,
+        lease_seconds: lease,
+    };
+    let reqs = vec![
+        (req("w1", 2, 30), "agent:w1".to_owned()),
+        (req("w2", 3, 300), "agent:w2".to_owned()),
+        (req("w3", 5, 60), "agent:w3".to_owned()),
+    ];
+    let got = claim_many(&pool, &reqs).await.expect("claim_many");
+    let keys: Vec<Vec<String>> = got
+        .iter()
+        .map(|l| l.iter().map(|c| c.instance.window_key.clone()).collect())
+        .collect();
+    assert_eq!(
+        keys,
+        vec![
+            vec!["b000001", "b000002"],
+            vec!["b000003", "b000004", "b000005"],
+            vec!["b000006"],
+        ]
+    );
+    let rows: Vec<(String, String, String, f64)> = sqlx::query_as(
+        "select window_key, worker_id, claimed_by, \
+             extract(epoch from lease_expires_at - started_at)::float8 \
+         from task_instance where status = 'RUNNING' order by window_key",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("rows");
+    let expect = [
+        ("w1", 30.0),
+        ("w1", 30.0),
+        ("w2", 300.0),
+        ("w2", 300.0),
+        ("w2", 300.0),
+        ("w3", 60.0),
+    ];
+    assert_eq!(rows.len(), expect.len());
+    for (row, (worker, lease)) in rows.iter().zip(expect) {
+        assert_eq!(row.1, worker, "{row:?}");
+        assert_eq!(row.2, format!("agent:{worker}"), "{row:?}");
+        assert!((row.3 - lease).abs() < 0.01, "{row:?}");
+    }
+    // Each answer carries its own lease token, and the tokens are distinct.
+    let tokens: HashSet<String> = got
+        .iter()
+        .flatten()
+        .map(|c| c.lease_token.to_string())
+        .collect();
+    assert_eq!(tokens.len(), 6);
+}
+
+/// Forty workers of one agent claim at once over HTTP (they share claim rounds on the
+/// replica): every instance is claimed once, by the worker whose answer holds it, under that
+/// worker's lease, and a full task limit is never exceeded.
+#[sqlx::test]
+async fn forty_simultaneous_claims_of_one_agent_each_get_their_own_rows_and_lease(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    put_task(&app, "s", manual("fs", json!({"concurrency_limit": 150}))).await;
+    backlog(&pool, "s", "fs", 400, 60, 1).await;
+    for k in 0..20 {
+        let id = format!("t{k:02}");
+        put_task(&app, &id, manual("fs", json!({}))).await;
+        backlog(&pool, &id, "fs", 3, 30, 1).await;
+    }
+    let mut set = tokio::task::JoinSet::new();
+    for k in 0..40 {
+        let (client, url) = (app.client.clone(), app.url("/v1/claims"));
+        set.spawn(async move {
+            let worker = format!("w{k:02}");
+            let body = json!({"agent_id": "fs", "worker_id": worker, "max_instances": 10,
+                              "lease_seconds": 30 + k});
+            let resp = client.post(url).json(&body).send().await.expect("claim sent");
+            assert_eq!(resp.status().as_u16(), 200);
+            let v: Value = resp.json().await.expect("claim answer");
+            (worker, v["instances"].as_array().cloned().unwrap_or_default())
+        });
+    }
+    let answers: Vec<(String, Vec<Value>)> = set.join_all().await;
+    let mut seen = HashSet::new();
+    let mut by_worker: HashMap<String, String> = HashMap::new();
+    for (worker, got) in &answers {
+        assert!(got.len() <= 10, "{worker} got {}", got.len());
+        for i in got {
+            let id = i["id"].as_str().unwrap_or_default().to_owned();
+            assert!(seen.insert(id.clone()), "instance {id} claimed twice");
+            assert_eq!(i["worker_id"], worker.as_str());
+            by_worker.insert(id, worker.clone());
+        }
+    }
+    // 150 of s (its limit) + 20 × 1 (limit 1 each) can run at once.
+    assert_eq!(seen.len(), 170, "every claimable instance is claimed");
+    let rows: Vec<(String, String, f64)> = sqlx::query_as(
+        "select id::text, worker_id, extract(epoch from lease_expires_at - started_at)::float8 \
+         from task_instance where status = 'RUNNING'",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("rows");
+    assert_eq!(rows.len(), 170);
+    for (id, worker, lease) in rows {
+        assert_eq!(by_worker.get(&id), Some(&worker), "row {id} answered to another worker");
+        let k: f64 = worker[1..].parse().expect("worker number");
+        assert!((lease - (30.0 + k)).abs() < 0.01, "{worker}: lease {lease}");
+    }
 }

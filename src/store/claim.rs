@@ -138,11 +138,45 @@ const IN_ORDER_SQL: &str = "(coalesce(t.spec->'execution'->>'overlap', '') <> 'q
 
 /// Claim up to `max_instances` PENDING instances of `agent_id` (see [`claim_scoped`]).
 pub async fn claim(pool: &PgPool, req: &ClaimRequest, actor: &str) -> Result<Vec<Claimed>> {
-    let scope = ClaimScope::Agent {
-        agent_id: &req.agent_id,
-        lease_seconds: req.lease_seconds,
+    let mut each = claim_many(pool, &[(req.clone(), actor.to_owned())]).await?;
+    Ok(each.pop().unwrap_or_default())
+}
+
+/// Several claims of one agent in one transaction (the coalesced claims of
+/// [`super::claim_rounds`]): one pick over the sum of their `max_instances`, dealt
+/// out in request order, so the first request gets what it would have got alone and the
+/// second what a claim right after it would have got. Each row is claimed under its own
+/// request's worker, lease and actor. Returns one list per request, in request order.
+///
+/// All requests must name the same agent (the first one's is used).
+pub async fn claim_many(
+    pool: &PgPool,
+    reqs: &[(ClaimRequest, String)],
+) -> Result<Vec<Vec<Claimed>>> {
+    let Some((first, _)) = reqs.first() else {
+        return Ok(Vec::new());
     };
-    claim_scoped(pool, scope, &req.worker_id, req.max_instances, actor).await
+    let scope = ClaimScope::Agent {
+        agent_id: &first.agent_id,
+        lease_seconds: first.lease_seconds,
+    };
+    let wants: Vec<Taker<'_>> = reqs
+        .iter()
+        .map(|(r, actor)| Taker {
+            worker_id: &r.worker_id,
+            actor,
+            lease_seconds: Some(r.lease_seconds as f64),
+            max: usize::try_from(r.max_instances.max(1)).unwrap_or(1),
+        })
+        .collect();
+    let claimed = claim_dealt(pool, scope, &wants).await?;
+    let mut out: Vec<Vec<Claimed>> = reqs.iter().map(|_| Vec::new()).collect();
+    for (k, c) in claimed {
+        if let Some(list) = out.get_mut(k) {
+            list.push(c);
+        }
+    }
+    Ok(out)
 }
 
 /// Claim up to `max_instances` PENDING instances in `scope` whose `available_at` has come, of
@@ -155,17 +189,53 @@ pub async fn claim_scoped(
     max_instances: i64,
     actor: &str,
 ) -> Result<Vec<Claimed>> {
-    let max = usize::try_from(max_instances.max(1)).unwrap_or(1);
+    let lease_seconds = match scope {
+        ClaimScope::Agent { lease_seconds, .. } => Some(lease_seconds as f64),
+        ClaimScope::Webhook { .. } => None,
+    };
+    let taker = Taker {
+        worker_id,
+        actor,
+        lease_seconds,
+        max: usize::try_from(max_instances.max(1)).unwrap_or(1),
+    };
+    let claimed = claim_dealt(pool, scope, &[taker]).await?;
+    Ok(claimed.into_iter().map(|(_, c)| c).collect())
+}
+
+/// One claimant of a (possibly shared) claim: who the rows are claimed for, and how many.
+struct Taker<'a> {
+    worker_id: &'a str,
+    actor: &'a str,
+    /// The lease asked for; `None` for pushes (the task's dispatch timeout decides).
+    lease_seconds: Option<f64>,
+    max: usize,
+}
+
+/// One pick over the takers' total, the chosen rows dealt to the takers in order, claimed in
+/// one transaction. Returns each claimed instance with its taker's position.
+async fn claim_dealt(
+    pool: &PgPool,
+    scope: ClaimScope<'_>,
+    takers: &[Taker<'_>],
+) -> Result<Vec<(usize, Claimed)>> {
+    let max: usize = takers.iter().map(|t| t.max).sum::<usize>().max(1);
     let mut tx = pool.begin().await.map_err(map_db_error)?;
     let chosen = pick(&mut tx, scope, max).await?;
     if chosen.is_empty() {
         tx.commit().await.map_err(map_db_error)?;
         return Ok(Vec::new());
     }
+    // Deal the chosen rows (in claim order) to the takers in order.
+    let mut dealt: Vec<usize> = Vec::with_capacity(chosen.len());
+    for (k, t) in takers.iter().enumerate() {
+        dealt.extend(std::iter::repeat_n(k, t.max));
+    }
+    dealt.truncate(chosen.len());
     let permits = reserve_permits(&mut tx, &chosen).await?;
-    let rows = take(&mut tx, scope, &chosen, &permits, worker_id, actor).await?;
+    let rows = take(&mut tx, scope, &chosen, &dealt, takers, &permits).await?;
     tx.commit().await.map_err(map_db_error)?;
-    for r in &rows {
+    for (_, r) in &rows {
         let i = &r.instance;
         if i.attempt == 1
             && let Some(started) = i.started_at
@@ -175,14 +245,17 @@ pub async fn claim_scoped(
         }
     }
     rows.into_iter()
-        .map(|r| {
-            Ok(Claimed {
-                instance: r.instance.try_into()?,
-                lease_token: r.lease_token,
-                context: r.context.0,
-                dispatch: r.dispatch.map(|d| d.0),
-                timeout_seconds: r.timeout_seconds,
-            })
+        .map(|(k, r)| {
+            Ok((
+                k,
+                Claimed {
+                    instance: r.instance.try_into()?,
+                    lease_token: r.lease_token,
+                    context: r.context.0,
+                    dispatch: r.dispatch.map(|d| d.0),
+                    timeout_seconds: r.timeout_seconds,
+                },
+            ))
         })
         .collect()
 }
@@ -401,26 +474,36 @@ async fn reserve_permits(conn: &mut PgConnection, chosen: &[Chosen]) -> Result<V
 /// per permit still free in a fresh snapshot, never past `limit - running`. Window order for
 /// queue tasks needs no second look: rows that pass the order check are the oldest of the
 /// claim's rows of their task, and step 2 reserved no more permits than there are such rows.
-/// The claim event lives on the row (`claimed_by`).
+/// Chosen row `n` is claimed for taker `dealt[n]` (its worker, lease and actor). The claim
+/// event lives on the row (`claimed_by`). Returns the claimed rows with their taker.
 async fn take(
     conn: &mut PgConnection,
     scope: ClaimScope<'_>,
     chosen: &[Chosen],
+    dealt: &[usize],
+    takers: &[Taker<'_>],
     permits: &[(String, i32)],
-    worker_id: &str,
-    actor: &str,
-) -> Result<Vec<ClaimedRow>> {
-    let ids: Vec<Uuid> = chosen.iter().map(|c| c.id).collect();
+) -> Result<Vec<(usize, ClaimedRow)>> {
+    let ids: Vec<Uuid> = chosen.iter().take(dealt.len()).map(|c| c.id).collect();
+    let taker_of: Vec<i32> = dealt
+        .iter()
+        .map(|&k| i32::try_from(k).unwrap_or(i32::MAX))
+        .collect();
+    let workers: Vec<&str> = takers.iter().map(|t| t.worker_id).collect();
+    let actors: Vec<&str> = takers.iter().map(|t| t.actor).collect();
+    let leases: Vec<Option<f64>> = takers.iter().map(|t| t.lease_seconds).collect();
     let permit_tasks: Vec<&str> = permits.iter().map(|p| p.0.as_str()).collect();
     let permit_slots: Vec<i32> = permits.iter().map(|p| p.1).collect();
-    let lease = match scope {
-        ClaimScope::Agent { lease_seconds, .. } => Some(lease_seconds as f64),
-        ClaimScope::Webhook { .. } => None,
-    };
     let sql = format!(
-        "with mine as ( \
-             select i.id, i.task_id, i.available_at, i.scheduled_at from task_instance i \
-             where i.id = any($1) and i.status = 'PENDING' \
+        "with deal as ( \
+             select d.id, d.taker, ($4::float8[])[d.taker + 1] as lease, \
+                 ($5::text[])[d.taker + 1] as worker, ($6::text[])[d.taker + 1] as actor \
+             from unnest($1::uuid[], $9::int[]) as d(id, taker) \
+         ), mine as ( \
+             select i.id, i.task_id, i.available_at, i.scheduled_at, d.taker, d.lease, \
+                 d.worker, d.actor \
+             from task_instance i join deal d on d.id = i.id \
+             where i.status = 'PENDING' \
          ), t as ( \
              select t.id as task, least({TASK_LIMIT_SQL}, $2) as lim, \
                  {TASK_TIMEOUT_SQL} as timeout, \
@@ -442,24 +525,26 @@ async fn take(
              where p.slot < t.lim and not exists (select 1 from task_instance r \
                  where r.task_id = p.task_id and r.status = 'RUNNING' and r.run_slot = p.slot) \
          ), ranked as ( \
-             select m.id, m.task_id, t.timeout, t.push_lease, t.lim - coalesce(r.n, 0) as room, \
+             select m.id, m.task_id, m.taker, m.lease, m.worker, m.actor, t.timeout, t.push_lease, \
+                 t.lim - coalesce(r.n, 0) as room, \
                  row_number() over ( \
                      partition by m.task_id order by m.available_at, m.scheduled_at, m.id) as rn \
              from mine m join t on t.task = m.task_id left join running r on r.task_id = m.task_id \
          ), chosen as ( \
-             select k.id, k.timeout, k.push_lease, h.slot from ranked k \
+             select k.id, k.taker, k.lease, k.worker, k.actor, k.timeout, k.push_lease, h.slot \
+             from ranked k \
              join held h on h.task_id = k.task_id and h.k = k.rn \
              where k.rn <= k.room \
          ), upd as ( \
              update task_instance i set status = 'RUNNING', lease_token = gen_random_uuid(), \
-                 lease_expires_at = now() + make_interval(secs => coalesce($4, chosen.push_lease)), \
+                 lease_expires_at = now() + make_interval(secs => coalesce(chosen.lease, chosen.push_lease)), \
                  deadline_at = now() + make_interval(secs => chosen.timeout), \
-                 worker_id = $5, started_at = now(), updated_at = now(), claimed_by = $6, \
-                 run_slot = chosen.slot \
+                 worker_id = chosen.worker, started_at = now(), updated_at = now(), \
+                 claimed_by = chosen.actor, run_slot = chosen.slot \
              from chosen where i.id = chosen.id and i.status = 'PENDING' \
-             returning i.* \
+             returning i.*, chosen.taker \
          ) \
-         select {INSTANCE_COLUMNS}, lease_token, \
+         select {INSTANCE_COLUMNS}, taker, lease_token, \
              t.context || coalesce(context_override, '{{}}'::jsonb) as context, \
              t.dispatch, t.timeout as timeout_seconds \
          from upd join t on t.task = upd.task_id \
@@ -469,14 +554,27 @@ async fn take(
         .bind(&ids)
         .bind(scope.cap())
         .bind(scope.mode())
-        .bind(lease)
-        .bind(worker_id)
-        .bind(actor)
+        .bind(&leases)
+        .bind(&workers)
+        .bind(&actors)
         .bind(&permit_tasks)
         .bind(&permit_slots)
+        .bind(&taker_of)
         .fetch_all(&mut *conn)
         .await
+        .map(|rows: Vec<TakenRow>| {
+            rows.into_iter()
+                .map(|r| (usize::try_from(r.taker).unwrap_or(usize::MAX), r.row))
+                .collect()
+        })
         .map_err(map_db_error)
+}
+
+#[derive(sqlx::FromRow)]
+struct TakenRow {
+    taker: i32,
+    #[sqlx(flatten)]
+    row: ClaimedRow,
 }
 
 /// When the earliest PENDING instance of `agent_id` becomes claimable, and the database's now.

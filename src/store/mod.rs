@@ -4,6 +4,7 @@
 //! `&mut PgConnection`; the rest take the pool.
 
 pub mod claim;
+pub mod claim_rounds;
 pub mod console;
 pub mod events;
 pub mod group_commit;

@@ -1,0 +1,149 @@
+//! Claim rounds: the concurrent claims of one agent on this replica share one claim
+//! transaction (CONTRACT §8).
+//!
+//! At the top of the minute every worker of an agent claims at once. Run side by side, their
+//! claims read the same head of the agent's work and skip each other's locked rows, and each
+//! pays the whole per-claim cost (the fair pick's per-task look, the permit reservations) for
+//! its own 100 rows. So a claim is queued per agent instead: when no round of that agent is
+//! running it starts one at once (an idle agent waits for nothing); requests that arrive
+//! while a round runs form the next round, up to [`DEFAULT_MAX_ROUND`] instances. A round is
+//! one [`claim_many`]: one fair pick over the round's total, dealt out in arrival order, so
+//! each request gets exactly what it would have got claiming alone at its turn, under its own
+//! worker, lease and actor. Replicas still claim side by side through `SKIP LOCKED`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use sqlx::PgPool;
+use tokio::sync::oneshot;
+
+use super::claim::{ClaimRequest, Claimed, claim_many};
+use super::{Error, Result};
+
+/// Most instances one round claims (the sum of its requests' `max_instances`).
+pub const DEFAULT_MAX_ROUND: usize = 1000;
+
+type Reply = oneshot::Sender<Result<Vec<Claimed>>>;
+
+struct Waiting {
+    req: ClaimRequest,
+    actor: String,
+    reply: Reply,
+}
+
+#[derive(Default)]
+struct AgentQueue {
+    waiting: Vec<Waiting>,
+    /// A round of this agent is running (its task takes the next rounds too).
+    running: bool,
+}
+
+/// Per-agent claim queues of this replica; cheap to clone.
+#[derive(Clone)]
+pub struct ClaimRounds {
+    pool: PgPool,
+    max_round: usize,
+    agents: Arc<Mutex<HashMap<String, AgentQueue>>>,
+}
+
+impl ClaimRounds {
+    pub fn new(pool: PgPool, max_round: usize) -> Self {
+        Self {
+            pool,
+            max_round: max_round.max(1),
+            agents: Arc::default(),
+        }
+    }
+
+    fn agents(&self) -> MutexGuard<'_, HashMap<String, AgentQueue>> {
+        // Nothing panics while the lock is held; a poisoned map is still consistent.
+        self.agents.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Claim for `req` in the next round of its agent; answered when that round commits.
+    pub async fn claim(&self, req: ClaimRequest, actor: String) -> Result<Vec<Claimed>> {
+        let (reply, answer) = oneshot::channel();
+        let agent = req.agent_id.clone();
+        let lead = {
+            let mut agents = self.agents();
+            let q = agents.entry(agent.clone()).or_default();
+            q.waiting.push(Waiting { req, actor, reply });
+            !std::mem::replace(&mut q.running, true)
+        };
+        if lead {
+            // Its own task: a caller that goes away must not stop the rounds of the others.
+            tokio::spawn(self.clone().rounds(agent));
+        }
+        answer
+            .await
+            .map_err(|_| Error::Db(sqlx::Error::PoolClosed))?
+    }
+
+    /// Run rounds of `agent` until nobody waits.
+    async fn rounds(self, agent: String) {
+        while let Some(round) = self.next_round(&agent) {
+            metrics::histogram!("kairos_claim_round_requests").record(round.len() as f64);
+            self.run(round).await;
+        }
+    }
+
+    /// The next round's requests, oldest first, up to `max_round` instances (at least one
+    /// request). Requests whose caller went away are dropped: nothing is claimed for them.
+    /// `None` (and the agent marked idle) when nobody waits.
+    fn next_round(&self, agent: &str) -> Option<Vec<Waiting>> {
+        let mut agents = self.agents();
+        let q = agents.get_mut(agent)?;
+        q.waiting.retain(|w| !w.reply.is_closed());
+        if q.waiting.is_empty() {
+            agents.remove(agent);
+            return None;
+        }
+        let mut total = 0usize;
+        let mut n = 0;
+        for w in &q.waiting {
+            let want = usize::try_from(w.req.max_instances.max(1)).unwrap_or(1);
+            if n > 0 && total + want > self.max_round {
+                break;
+            }
+            total += want;
+            n += 1;
+        }
+        Some(q.waiting.drain(..n).collect())
+    }
+
+    async fn run(&self, round: Vec<Waiting>) {
+        let reqs: Vec<(ClaimRequest, String)> = round
+            .iter()
+            .map(|w| (w.req.clone(), w.actor.clone()))
+            .collect();
+        match claim_many(&self.pool, &reqs).await {
+            Ok(lists) => {
+                for (w, list) in round.into_iter().zip(lists) {
+                    if let Err(Ok(unsent)) = w.reply.send(Ok(list)) {
+                        let lost: Vec<String> = unsent
+                            .iter()
+                            .map(|c| format!("{}@{}", c.instance.task_id, c.instance.window_key))
+                            .collect();
+                        tracing::warn!(agent_id = %w.req.agent_id, worker_id = %w.req.worker_id, instances = ?lost, reason = "the claiming request went away before the answer", "claimed instances not delivered; their leases will expire");
+                    }
+                }
+            }
+            Err(e) if round.len() == 1 => {
+                if let Some(w) = round.into_iter().next() {
+                    let _ = w.reply.send(Err(e));
+                }
+            }
+            Err(e) => {
+                // Each request alone, so one request's error is its own.
+                tracing::warn!(error = %e, requests = round.len(), "a shared claim failed; claiming for each request alone");
+                for w in round {
+                    let one = [(w.req.clone(), w.actor.clone())];
+                    let answer = claim_many(&self.pool, &one)
+                        .await
+                        .map(|mut l| l.pop().unwrap_or_default());
+                    let _ = w.reply.send(answer);
+                }
+            }
+        }
+    }
+}
