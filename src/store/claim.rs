@@ -470,12 +470,113 @@ async fn reserve_permits(conn: &mut PgConnection, chosen: &[Chosen]) -> Result<V
     .map_err(map_db_error)
 }
 
+/// Step 3a, in a fresh snapshot (it sees every claim committed before the permits were
+/// reserved): per chosen task, whether it may still be claimed from (not paused, not deleted,
+/// the scope's dispatch mode), its limit, its RUNNING count, and which of the reserved permits
+/// no committed RUNNING row holds. Each task is one primary-key lookup and its own permits,
+/// so the cost grows with the claim, never with the table, whatever the statistics say.
+#[derive(sqlx::FromRow)]
+struct Recheck {
+    task_id: String,
+    claimable: bool,
+    lim: i32,
+    running: i64,
+    /// Reserved permits still free, ascending.
+    free: Vec<i32>,
+    timeout: i64,
+    push_lease: i64,
+}
+
+async fn recheck(
+    conn: &mut PgConnection,
+    scope: ClaimScope<'_>,
+    permits: &[(String, i32)],
+) -> Result<Vec<Recheck>> {
+    let mut tasks: Vec<&str> = Vec::new();
+    let mut slots: Vec<String> = Vec::new();
+    for (task, slot) in permits {
+        match tasks.iter().position(|t| *t == task.as_str()) {
+            Some(k) => slots[k].push_str(&format!(",{slot}")),
+            None => {
+                tasks.push(task.as_str());
+                slots.push(slot.to_string());
+            }
+        }
+    }
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select c.task_id, coalesce(t.claimable, false) as claimable, coalesce(t.lim, 0) as lim, \
+             coalesce(t.timeout, 0) as timeout, coalesce(t.push_lease, 0) as push_lease, \
+             (select count(*) from task_instance r \
+              where r.task_id = c.task_id and r.status = 'RUNNING') as running, \
+             array(select s from unnest(string_to_array(c.slots, ',')::int[]) as s \
+                   where not exists (select 1 from task_instance r where r.task_id = c.task_id \
+                                     and r.status = 'RUNNING' and r.run_slot = s) \
+                   order by s) as free \
+         from unnest($1::text[], $2::text[]) as c(task_id, slots) \
+         left join lateral ( \
+             select not t.paused and t.dispatch_mode = $3 as claimable, \
+                 least({TASK_LIMIT_SQL}, $4) as lim, {TASK_TIMEOUT_SQL} as timeout, \
+                 least(coalesce((t.spec->'dispatch'->>'timeout_seconds')::bigint, \
+                     {DEFAULT_DISPATCH_TIMEOUT_SECONDS}), {TASK_TIMEOUT_SQL}) \
+                     + {PUSH_LEASE_MARGIN_SECONDS} as push_lease \
+             from tasks t where t.id = c.task_id offset 0 \
+         ) t on true"
+    )))
+    .bind(&tasks)
+    .bind(&slots)
+    .bind(scope.mode())
+    .bind(scope.cap())
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)
+}
+
+/// One row to claim: chosen row `id` under permit `slot` for taker `taker`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Grant<Id> {
+    pub id: Id,
+    pub slot: i32,
+    pub taker: usize,
+}
+
+/// Pair each task's chosen rows (in claim order, so oldest first within the task) with its
+/// free permits (ascending), never past `limit - running`: the first rows of a task get the
+/// permits, so window order holds for queue tasks. `tasks` gives per task id whether it is
+/// claimable, its room and its free permits.
+pub(crate) fn grant<Id: Clone>(
+    chosen: &[(Id, &str)],
+    dealt: &[usize],
+    tasks: &std::collections::HashMap<&str, (bool, i64, Vec<i32>)>,
+) -> Vec<Grant<Id>> {
+    let mut used: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for ((id, task), &taker) in chosen.iter().zip(dealt) {
+        let Some((claimable, room, free)) = tasks.get(task) else {
+            continue;
+        };
+        let n = used.entry(task).or_insert(0);
+        if !claimable || i64::try_from(*n).unwrap_or(i64::MAX) >= *room {
+            continue;
+        }
+        if let Some(&slot) = free.get(*n) {
+            *n += 1;
+            out.push(Grant {
+                id: id.clone(),
+                slot,
+                taker,
+            });
+        }
+    }
+    out
+}
+
 /// Step 3: with the reserved permits, claim the chosen rows of each task (oldest first), one
-/// per permit still free in a fresh snapshot, never past `limit - running`. Window order for
-/// queue tasks needs no second look: rows that pass the order check are the oldest of the
-/// claim's rows of their task, and step 2 reserved no more permits than there are such rows.
-/// Chosen row `n` is claimed for taker `dealt[n]` (its worker, lease and actor). The claim
-/// event lives on the row (`claimed_by`). Returns the claimed rows with their taker.
+/// per permit still free in a fresh snapshot, never past `limit - running` ([`grant`]).
+/// Window order for queue tasks needs no second look: rows that pass the order check are the
+/// oldest of the claim's rows of their task, and step 2 reserved no more permits than there
+/// are such rows. Chosen row `n` is claimed for taker `dealt[n]` (its worker, lease and
+/// actor). The claim event lives on the row (`claimed_by`). Returns the claimed rows with
+/// their taker.
 async fn take(
     conn: &mut PgConnection,
     scope: ClaimScope<'_>,
@@ -484,82 +585,79 @@ async fn take(
     takers: &[Taker<'_>],
     permits: &[(String, i32)],
 ) -> Result<Vec<(usize, ClaimedRow)>> {
-    let ids: Vec<Uuid> = chosen.iter().take(dealt.len()).map(|c| c.id).collect();
-    let taker_of: Vec<i32> = dealt
+    if permits.is_empty() {
+        return Ok(Vec::new());
+    }
+    let checked = recheck(conn, scope, permits).await?;
+    let tasks: std::collections::HashMap<&str, (bool, i64, Vec<i32>)> = checked
         .iter()
-        .map(|&k| i32::try_from(k).unwrap_or(i32::MAX))
+        .map(|r| {
+            let room = i64::from(r.lim) - r.running;
+            (r.task_id.as_str(), (r.claimable, room, r.free.clone()))
+        })
         .collect();
-    let workers: Vec<&str> = takers.iter().map(|t| t.worker_id).collect();
-    let actors: Vec<&str> = takers.iter().map(|t| t.actor).collect();
-    let leases: Vec<Option<f64>> = takers.iter().map(|t| t.lease_seconds).collect();
-    let permit_tasks: Vec<&str> = permits.iter().map(|p| p.0.as_str()).collect();
-    let permit_slots: Vec<i32> = permits.iter().map(|p| p.1).collect();
+    let rows: Vec<(Uuid, &str)> = chosen.iter().map(|c| (c.id, c.task_id.as_str())).collect();
+    let grants = grant(&rows, dealt, &tasks);
+    if grants.is_empty() {
+        return Ok(Vec::new());
+    }
+    let timing: std::collections::HashMap<&str, (i64, i64)> = checked
+        .iter()
+        .map(|r| (r.task_id.as_str(), (r.timeout, r.push_lease)))
+        .collect();
+    let mut ids = Vec::with_capacity(grants.len());
+    let mut slots = Vec::with_capacity(grants.len());
+    let mut taker_of = Vec::with_capacity(grants.len());
+    let mut leases = Vec::with_capacity(grants.len());
+    let mut timeouts = Vec::with_capacity(grants.len());
+    let mut workers = Vec::with_capacity(grants.len());
+    let mut actors = Vec::with_capacity(grants.len());
+    let task_of: std::collections::HashMap<Uuid, &str> = rows.iter().copied().collect();
+    for g in &grants {
+        let task = task_of.get(&g.id).copied().unwrap_or_default();
+        let (timeout, push_lease) = timing.get(task).copied().unwrap_or((0, 0));
+        let Some(t) = takers.get(g.taker) else {
+            continue;
+        };
+        ids.push(g.id);
+        slots.push(g.slot);
+        taker_of.push(i32::try_from(g.taker).unwrap_or(i32::MAX));
+        leases.push(t.lease_seconds.unwrap_or(push_lease as f64));
+        timeouts.push(timeout as f64);
+        workers.push(t.worker_id);
+        actors.push(t.actor);
+    }
     let sql = format!(
-        "with deal as ( \
-             select d.id, d.taker, ($4::float8[])[d.taker + 1] as lease, \
-                 ($5::text[])[d.taker + 1] as worker, ($6::text[])[d.taker + 1] as actor \
-             from unnest($1::uuid[], $9::int[]) as d(id, taker) \
-         ), mine as ( \
-             select i.id, i.task_id, i.available_at, i.scheduled_at, d.taker, d.lease, \
-                 d.worker, d.actor \
-             from task_instance i join deal d on d.id = i.id \
-             where i.status = 'PENDING' \
-         ), t as ( \
-             select t.id as task, least({TASK_LIMIT_SQL}, $2) as lim, \
-                 {TASK_TIMEOUT_SQL} as timeout, \
-                 least(coalesce((t.spec->'dispatch'->>'timeout_seconds')::bigint, \
-                     {DEFAULT_DISPATCH_TIMEOUT_SECONDS}), {TASK_TIMEOUT_SQL}) \
-                     + {PUSH_LEASE_MARGIN_SECONDS} as push_lease, \
-                 coalesce(t.spec->'context', '{{}}'::jsonb) as context, \
-                 t.spec->'dispatch' as dispatch \
-             from tasks t \
-             where t.id in (select task_id from mine) and not t.paused and t.dispatch_mode = $3 \
-         ), running as ( \
-             select task_id, count(*) as n from task_instance \
-             where status = 'RUNNING' and task_id in (select task from t) group by task_id \
-         ), held as ( \
-             select p.task_id, p.slot, row_number() over ( \
-                 partition by p.task_id order by p.slot) as k \
-             from unnest($7::text[], $8::int[]) as p(task_id, slot) \
-             join t on t.task = p.task_id \
-             where p.slot < t.lim and not exists (select 1 from task_instance r \
-                 where r.task_id = p.task_id and r.status = 'RUNNING' and r.run_slot = p.slot) \
-         ), ranked as ( \
-             select m.id, m.task_id, m.taker, m.lease, m.worker, m.actor, t.timeout, t.push_lease, \
-                 t.lim - coalesce(r.n, 0) as room, \
-                 row_number() over ( \
-                     partition by m.task_id order by m.available_at, m.scheduled_at, m.id) as rn \
-             from mine m join t on t.task = m.task_id left join running r on r.task_id = m.task_id \
-         ), chosen as ( \
-             select k.id, k.taker, k.lease, k.worker, k.actor, k.timeout, k.push_lease, h.slot \
-             from ranked k \
-             join held h on h.task_id = k.task_id and h.k = k.rn \
-             where k.rn <= k.room \
+        "with g as ( \
+             select * from unnest($1::uuid[], $2::int[], $3::int[], $4::float8[], $5::float8[], \
+                 $6::text[], $7::text[]) as g(id, slot, taker, lease, timeout, worker, actor) \
          ), upd as ( \
              update task_instance i set status = 'RUNNING', lease_token = gen_random_uuid(), \
-                 lease_expires_at = now() + make_interval(secs => coalesce(chosen.lease, chosen.push_lease)), \
-                 deadline_at = now() + make_interval(secs => chosen.timeout), \
-                 worker_id = chosen.worker, started_at = now(), updated_at = now(), \
-                 claimed_by = chosen.actor, run_slot = chosen.slot \
-             from chosen where i.id = chosen.id and i.status = 'PENDING' \
-             returning i.*, chosen.taker \
+                 lease_expires_at = now() + make_interval(secs => g.lease), \
+                 deadline_at = now() + make_interval(secs => g.timeout), \
+                 worker_id = g.worker, started_at = now(), updated_at = now(), \
+                 claimed_by = g.actor, run_slot = g.slot \
+             from g where i.id = g.id and i.status = 'PENDING' \
+             returning i.*, g.taker, g.timeout \
          ) \
          select {INSTANCE_COLUMNS}, taker, lease_token, \
              t.context || coalesce(context_override, '{{}}'::jsonb) as context, \
-             t.dispatch, t.timeout as timeout_seconds \
-         from upd join t on t.task = upd.task_id \
+             t.dispatch, timeout::bigint as timeout_seconds \
+         from upd cross join lateral ( \
+             select coalesce(t.spec->'context', '{{}}'::jsonb) as context, \
+                 t.spec->'dispatch' as dispatch \
+             from tasks t where t.id = upd.task_id offset 0 \
+         ) t \
          order by available_at, scheduled_at, id"
     );
     sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(&ids)
-        .bind(scope.cap())
-        .bind(scope.mode())
+        .bind(&slots)
+        .bind(&taker_of)
         .bind(&leases)
+        .bind(&timeouts)
         .bind(&workers)
         .bind(&actors)
-        .bind(&permit_tasks)
-        .bind(&permit_slots)
-        .bind(&taker_of)
         .fetch_all(&mut *conn)
         .await
         .map(|rows: Vec<TakenRow>| {
@@ -590,4 +688,43 @@ pub async fn next_available_at(
     .fetch_one(pool)
     .await
     .map_err(map_db_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::{Grant, grant};
+
+    fn g(id: u32, slot: i32, taker: usize) -> Grant<u32> {
+        Grant { id, slot, taker }
+    }
+
+    #[test]
+    fn rows_of_a_task_take_its_free_permits_oldest_first_up_to_its_room() {
+        let chosen = [(1, "a"), (2, "b"), (3, "a"), (4, "a"), (5, "b")];
+        let dealt = [0, 0, 1, 1, 1];
+        let tasks = HashMap::from([("a", (true, 2, vec![4, 9, 11])), ("b", (true, 5, vec![0]))]);
+        // a: room 2 of three free permits; b: one free permit for two rows.
+        assert_eq!(
+            grant(&chosen, &dealt, &tasks),
+            vec![g(1, 4, 0), g(2, 0, 0), g(3, 9, 1)]
+        );
+    }
+
+    #[test]
+    fn a_task_paused_meanwhile_or_gone_gets_nothing() {
+        let chosen = [(1, "a"), (2, "b"), (3, "c")];
+        let dealt = [0, 0, 0];
+        let tasks = HashMap::from([("a", (false, 5, vec![0])), ("c", (true, 5, vec![2]))]);
+        assert_eq!(grant(&chosen, &dealt, &tasks), vec![g(3, 2, 0)]);
+    }
+
+    #[test]
+    fn no_room_or_no_free_permit_means_no_grant() {
+        let chosen = [(1, "a"), (2, "b")];
+        let dealt = [0, 1];
+        let tasks = HashMap::from([("a", (true, 0, vec![0, 1])), ("b", (true, 3, vec![]))]);
+        assert!(grant(&chosen, &dealt, &tasks).is_empty());
+    }
 }
