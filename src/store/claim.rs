@@ -121,7 +121,7 @@ impl ClaimScope<'_> {
     }
 }
 
-use super::{TASK_LIMIT_SQL, TASK_TIMEOUT_SQL};
+use super::{PENDING_BY_ID, TASK_LIMIT_SQL, TASK_TIMEOUT_SQL};
 
 /// How long a push's lease outlives its wait for the answer: time to record the answer. A
 /// replica that dies mid-push leaves the instance to the reaper this soon after the wait.
@@ -441,7 +441,7 @@ async fn reserve_permits(conn: &mut PgConnection, chosen: &[Chosen]) -> Result<V
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "with m as ( \
              select i.id, i.task_id, i.available_at, i.scheduled_at from task_instance i \
-             where i.id = any($1) and i.status = 'PENDING' \
+             where i.id = any($1) and {PENDING_BY_ID} \
          ), gated as ( \
              select m.task_id, count(*)::int as n from m join tasks t on t.id = m.task_id \
              where {IN_ORDER_SQL} group by m.task_id \
@@ -637,7 +637,7 @@ async fn take(
                  deadline_at = now() + make_interval(secs => g.timeout), \
                  worker_id = g.worker, started_at = now(), updated_at = now(), \
                  claimed_by = g.actor, run_slot = g.slot \
-             from g where i.id = g.id and i.status = 'PENDING' \
+             from g where i.id = g.id and {PENDING_BY_ID} \
              returning i.*, g.taker, g.timeout \
          ) \
          select {INSTANCE_COLUMNS}, taker, lease_token, \

@@ -11,7 +11,7 @@ use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::{Error, Result, map_db_error, outbox};
+use super::{Error, RUNNING_BY_ID, Result, map_db_error, outbox};
 use crate::domain::instance::{
     Event, Instance, InstanceStatus, Source, idempotency_key, legal_sources, transition,
 };
@@ -502,7 +502,7 @@ pub(super) async fn heartbeat_in(
          ), upd as ( \
              update task_instance i \
              set lease_expires_at = now() + make_interval(secs => f.secs), updated_at = now() \
-             from f where i.id = f.id and i.status = 'RUNNING' and i.lease_token = f.token \
+             from f where i.id = f.id and {RUNNING_BY_ID} and i.lease_token = f.token \
              returning i.* \
          ) \
          select {INSTANCE_COLUMNS} from upd"
@@ -612,7 +612,7 @@ pub(super) async fn complete_in(
                  lease_token = null, lease_expires_at = null, deadline_at = null, \
                  error = null, error_kind = null, updated_at = now(), \
                  finished_by = coalesce(f.actor, 'agent:' || coalesce(i.worker_id, 'unknown')) \
-             from f where i.id = f.id and i.status = 'RUNNING' and i.lease_token = f.token \
+             from f where i.id = f.id and {RUNNING_BY_ID} and i.lease_token = f.token \
              returning i.* \
          ), tk as ( \
              update tasks set consecutive_failures = 0 \
@@ -863,7 +863,7 @@ pub async fn record_failures(
                  finished_at = case when f.to_status = 'DEAD' then now() end, \
                  lease_token = null, lease_expires_at = null, deadline_at = null, \
                  claimed_by = null, updated_at = now() \
-             from f, old where i.id = f.id and old.id = i.id and i.status = 'RUNNING' \
+             from f, old where i.id = f.id and old.id = i.id and {RUNNING_BY_ID} \
                  and i.lease_token = f.token \
              returning i.*, old.claimed_by as old_claimed_by \
          ), ev as ( \
@@ -1126,7 +1126,7 @@ pub(super) async fn fail_in(
     let running: Vec<RunningAttempt> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "select {RUNNING_ATTEMPT_COLUMNS}, null::text as expiry \
          from unnest($1::uuid[], $2::uuid[]) as f(id, token) \
-         join task_instance i on i.id = f.id and i.status = 'RUNNING' and i.lease_token = f.token \
+         join task_instance i on i.id = f.id and {RUNNING_BY_ID} and i.lease_token = f.token \
          left join tasks t on t.id = i.task_id \
          order by i.id \
          for update of i"

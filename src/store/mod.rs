@@ -61,6 +61,17 @@ impl std::fmt::Display for SpecInt {
     }
 }
 
+/// `i.status = 'RUNNING'` for statements that look rows up by id (completions, failures,
+/// heartbeats), written so that no partial index's predicate (`where status = …`) matches it.
+/// In a burst the statistics still describe the table as it was before (next to no RUNNING
+/// rows), and with the plain comparison the planner walks every RUNNING row of a partial index
+/// and joins it to the ids in a nested loop: 374 ms for a group commit of 256 completions with
+/// 1,000 RUNNING, against one primary-key lookup per id.
+pub const RUNNING_BY_ID: &str = "(i.status || '') = 'RUNNING'";
+
+/// [`RUNNING_BY_ID`] for PENDING rows looked up by id (the claim's permit step).
+pub const PENDING_BY_ID: &str = "(i.status || '') = 'PENDING'";
+
 /// The task's `execution.concurrency_limit`.
 pub const TASK_LIMIT_SQL: SpecInt = SpecInt {
     path: "t.spec->'execution'->>'concurrency_limit'",
