@@ -255,9 +255,7 @@ async fn the_webhook_dispatcher_claims_fairly_across_tasks(pool: PgPool) {
 /// gets what it would have got alone, the next what a claim right after it would have got,
 /// each under its own worker, lease and actor.
 #[sqlx::test]
-async fn a_shared_claim_deals_the_pick_out_in_request_order_each_under_its_own_lease(
-    pool: PgPool,
-) {
+async fn a_shared_claim_deals_the_pick_out_in_request_order_each_under_its_own_lease(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     put_task(&app, "d", manual("fd", json!({"concurrency_limit": 100}))).await;
     backlog(&pool, "d", "fd", 6, 60, 1).await;
@@ -336,10 +334,18 @@ async fn forty_simultaneous_claims_of_one_agent_each_get_their_own_rows_and_leas
             let worker = format!("w{k:02}");
             let body = json!({"agent_id": "fs", "worker_id": worker, "max_instances": 10,
                               "lease_seconds": 30 + k});
-            let resp = client.post(url).json(&body).send().await.expect("claim sent");
+            let resp = client
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .expect("claim sent");
             assert_eq!(resp.status().as_u16(), 200);
             let v: Value = resp.json().await.expect("claim answer");
-            (worker, v["instances"].as_array().cloned().unwrap_or_default())
+            (
+                worker,
+                v["instances"].as_array().cloned().unwrap_or_default(),
+            )
         });
     }
     let answers: Vec<(String, Vec<Value>)> = set.join_all().await;
@@ -365,7 +371,11 @@ async fn forty_simultaneous_claims_of_one_agent_each_get_their_own_rows_and_leas
     .expect("rows");
     assert_eq!(rows.len(), 170);
     for (id, worker, lease) in rows {
-        assert_eq!(by_worker.get(&id), Some(&worker), "row {id} answered to another worker");
+        assert_eq!(
+            by_worker.get(&id),
+            Some(&worker),
+            "row {id} answered to another worker"
+        );
         let k: f64 = worker[1..].parse().expect("worker number");
         assert!((lease - (30.0 + k)).abs() < 0.01, "{worker}: lease {lease}");
     }

@@ -42,6 +42,10 @@ struct Args {
     /// Instances per claim (and per batch completion in batched mode).
     #[arg(long, default_value_t = 100)]
     claim_batch: i64,
+    /// How the claim→complete agents report: single (one concurrent complete request per
+    /// instance) and/or batch (one POST /v1/completions per claim); one row each.
+    #[arg(long, value_delimiter = ',', default_value = "single,batch")]
+    claim_modes: Vec<String>,
     /// Tasks on the `0 * * * * *` cron (second 0 of every minute) in the fire-lag scenario.
     #[arg(long, default_value_t = 10_000)]
     lag_tasks: i64,
@@ -123,6 +127,11 @@ async fn run(args: Args) -> Result<()> {
             bail!("unknown --lag-modes entry {mode:?} (batch or single)");
         }
     }
+    for mode in &args.claim_modes {
+        if mode != "batch" && mode != "single" {
+            bail!("unknown --claim-modes entry {mode:?} (batch or single)");
+        }
+    }
     if args.lag_minutes == 0 {
         bail!("--lag-minutes must be at least 1");
     }
@@ -160,7 +169,8 @@ async fn run(args: Args) -> Result<()> {
     }
     if wants(&args, "claim") {
         for &tasks in &args.claim_tasks {
-            for batched in [false, true] {
+            for mode in &args.claim_modes {
+                let batched = mode == "batch";
                 for &k in &args.agents {
                     rows.push(
                         claim_complete(
@@ -541,6 +551,9 @@ async fn seed_pending(pool: &PgPool, n: i64, tasks: i64) -> Result<()> {
     .bind(tasks)
     .execute(pool)
     .await?;
+    // Statistics as autovacuum would have them in any database that has run for a minute:
+    // without them the planner takes the table just filled for a near-empty one.
+    sqlx::query("analyze task_instance").execute(pool).await?;
     Ok(())
 }
 

@@ -92,10 +92,7 @@ async fn claim(
         let notified = waiter.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let claimed = state
-            .claim_rounds
-            .claim(req.clone(), actor.clone())
-            .await?;
+        let claimed = state.claim_rounds.claim(req.clone(), actor.clone()).await?;
         if !claimed.is_empty() {
             metrics::counter!("kairos_claims_total", "outcome" => "claimed").increment(1);
             if claimed.len() as i64 >= req.max_instances {

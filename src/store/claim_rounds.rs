@@ -4,11 +4,12 @@
 //! At the top of the minute every worker of an agent claims at once. Run side by side, their
 //! claims read the same head of the agent's work and skip each other's locked rows, and each
 //! pays the whole per-claim cost (the fair pick's per-task look, the permit reservations) for
-//! its own 100 rows. So a claim is queued per agent instead: when no round of that agent is
-//! running it starts one at once (an idle agent waits for nothing); requests that arrive
-//! while a round runs form the next round, up to [`DEFAULT_MAX_ROUND`] instances. A round is
-//! one [`claim_many`]: one fair pick over the round's total, dealt out in arrival order, so
-//! each request gets exactly what it would have got claiming alone at its turn, under its own
+//! its own 100 rows. So a claim is queued per agent instead: when fewer than
+//! [`ROUNDS_IN_FLIGHT`] rounds of that agent run, it starts one at once (an idle agent waits
+//! for nothing); requests that arrive meanwhile form the next round, up to
+//! [`DEFAULT_MAX_ROUND`] instances. A round is one [`claim_many`]: one fair pick over the
+//! round's total, dealt out in arrival order, so each request gets what it would have got
+//! claiming alone at its turn, under its own
 //! worker, lease and actor. Replicas still claim side by side through `SKIP LOCKED`.
 
 use std::collections::HashMap;
@@ -22,6 +23,9 @@ use super::{Error, Result};
 
 /// Most instances one round claims (the sum of its requests' `max_instances`).
 pub const DEFAULT_MAX_ROUND: usize = 1000;
+/// Rounds of one agent that run at once on a replica: while one waits for its commit, the next
+/// reads.
+pub const ROUNDS_IN_FLIGHT: usize = 2;
 
 type Reply = oneshot::Sender<Result<Vec<Claimed>>>;
 
@@ -34,8 +38,8 @@ struct Waiting {
 #[derive(Default)]
 struct AgentQueue {
     waiting: Vec<Waiting>,
-    /// A round of this agent is running (its task takes the next rounds too).
-    running: bool,
+    /// Round tasks of this agent running (each takes the next rounds until nobody waits).
+    running: usize,
 }
 
 /// Per-agent claim queues of this replica; cheap to clone.
@@ -68,7 +72,11 @@ impl ClaimRounds {
             let mut agents = self.agents();
             let q = agents.entry(agent.clone()).or_default();
             q.waiting.push(Waiting { req, actor, reply });
-            !std::mem::replace(&mut q.running, true)
+            let lead = q.running < ROUNDS_IN_FLIGHT;
+            if lead {
+                q.running += 1;
+            }
+            lead
         };
         if lead {
             // Its own task: a caller that goes away must not stop the rounds of the others.
@@ -89,13 +97,16 @@ impl ClaimRounds {
 
     /// The next round's requests, oldest first, up to `max_round` instances (at least one
     /// request). Requests whose caller went away are dropped: nothing is claimed for them.
-    /// `None` (and the agent marked idle) when nobody waits.
+    /// `None` (and this round task ended) when nobody waits.
     fn next_round(&self, agent: &str) -> Option<Vec<Waiting>> {
         let mut agents = self.agents();
         let q = agents.get_mut(agent)?;
         q.waiting.retain(|w| !w.reply.is_closed());
         if q.waiting.is_empty() {
-            agents.remove(agent);
+            q.running = q.running.saturating_sub(1);
+            if q.running == 0 {
+                agents.remove(agent);
+            }
             return None;
         }
         let mut total = 0usize;
