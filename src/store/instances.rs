@@ -812,13 +812,15 @@ const RUNNING_ATTEMPT_COLUMNS: &str = "i.id, i.task_id, i.window_key, i.agent_id
      t.spec->'execution'->'retry_backoff' as retry_backoff, t.id is not null as task_exists";
 
 /// Lock up to `limit` RUNNING instances whose lease expired or whose run passed its deadline,
-/// skipping rows another replica's reaper holds.
+/// skipping rows another replica's reaper holds. (`lease_expires_at is not null` holds for
+/// every RUNNING row; it is spelled out because the expiry index requires it: migration 4.)
 pub async fn lock_expired(conn: &mut PgConnection, limit: i64) -> Result<Vec<RunningAttempt>> {
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "select {RUNNING_ATTEMPT_COLUMNS}, \
              case when i.deadline_at < now() then 'timeout' else 'lease_expired' end as expiry \
          from task_instance i left join tasks t on t.id = i.task_id \
-         where i.status = 'RUNNING' and least(i.lease_expires_at, i.deadline_at) < now() \
+         where i.status = 'RUNNING' and i.lease_expires_at is not null \
+             and least(i.lease_expires_at, i.deadline_at) < now() \
          order by least(i.lease_expires_at, i.deadline_at) \
          limit $1 \
          for update of i skip locked"
