@@ -274,6 +274,10 @@ async fn waiters_of_one_agent_wake_only_as_many_as_there_is_work_for(pool: PgPoo
         (metric(empty) >= 20).then_some(())
     })
     .await;
+    // A waiter counts its empty look before it reads when its agent's next work is due; one
+    // that reads that after the trigger below sees work due now and rightly looks again.
+    // Give the last ones time to fall asleep, so only wake-ups are measured.
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let before = metric(empty);
 
     // One trigger, one notification: one waiter looks and takes it; nobody else looks.

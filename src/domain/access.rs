@@ -50,6 +50,16 @@ impl Principal {
         }
     }
 
+    /// May this principal claim or write instances of every agent? (Then a write needs no
+    /// lookup of whose instances it names.)
+    pub fn may_act_for_all(&self) -> bool {
+        match self.role {
+            Role::Admin => true,
+            Role::Agent => self.agents.is_none(),
+            Role::Viewer => false,
+        }
+    }
+
     /// May this principal claim or write instances of `agent_id`?
     pub fn may_act_for(&self, agent_id: &str) -> bool {
         match self.role {
@@ -282,12 +292,19 @@ mod tests {
         let agent = t.authenticate("a9ent-token").expect("agent");
         assert!(agent.may_act_for("report_agent"));
         assert!(!agent.may_act_for("other_agent"));
+        assert!(!agent.may_act_for_all(), "limited to two agents");
+        assert!(admin.may_act_for_all());
         assert_eq!(
             t.authenticate("v1ewer-token").map(|p| p.role),
             Some(Role::Viewer)
         );
         assert!(t.authenticate("nope").is_none());
         assert!(t.authenticate("").is_none());
+        let viewer = t.authenticate("v1ewer-token").expect("viewer");
+        assert!(!viewer.may_act_for_all() && !viewer.may_act_for("report_agent"));
+        let any = Tokens::parse("any-agent-token:agent").expect("valid");
+        let any = any.authenticate("any-agent-token").expect("agent");
+        assert!(any.may_act_for_all() && any.may_act_for("whoever"));
     }
 
     #[test]

@@ -400,22 +400,27 @@ async fn complete_batch(
             actor: None,
         });
     }
-    let ids: Vec<Uuid> = items.iter().map(|c| c.id).collect();
-    for (id, agent) in store_instances::agents_of(&state.pool, &ids).await? {
-        check_agent(&principal, &agent).map_err(|e| match e {
-            ApiError::Forbidden(m) => ApiError::Forbidden(format!("instance {id}: {m}")),
-            other => other,
-        })?;
+    if !principal.may_act_for_all() {
+        let ids: Vec<Uuid> = items.iter().map(|c| c.id).collect();
+        for (id, agent) in store_instances::agents_of(&state.pool, &ids).await? {
+            check_agent(&principal, &agent).map_err(|e| match e {
+                ApiError::Forbidden(m) => ApiError::Forbidden(format!("instance {id}: {m}")),
+                other => other,
+            })?;
+        }
     }
-    let outcomes = store_instances::complete_many(&state.pool, &items).await?;
-    let results: Vec<Value> = items
+    let ids: Vec<Uuid> = items.iter().map(|c| c.id).collect();
+    let outcomes = state.group.complete_all(items).await?;
+    let results: Vec<Value> = ids
         .iter()
         .zip(outcomes)
-        .map(|(item, outcome)| match outcome {
-            Ok(inst) => serde_json::json!({"id": item.id, "status": 200, "instance": instance_json(&inst)}),
+        .map(|(id, outcome)| match outcome {
+            Ok(inst) => {
+                serde_json::json!({"id": id, "status": 200, "instance": instance_json(&inst)})
+            }
             Err(e) => {
-                let e = not_found_instance(e, &item.id);
-                serde_json::json!({"id": item.id, "status": e.status().as_u16(), "detail": e.detail()})
+                let e = not_found_instance(e, id);
+                serde_json::json!({"id": id, "status": e.status().as_u16(), "detail": e.detail()})
             }
         })
         .collect();

@@ -1,4 +1,5 @@
-//! Group commit for single `complete`, `fail` and `heartbeat` calls (CONTRACT §8).
+//! Group commit for single `complete`, `fail` and `heartbeat` calls and the items of batch
+//! completions (CONTRACT §8).
 //!
 //! Each call is queued; a few committer tasks each take everything queued (up to a batch
 //! size) and write it in one transaction: one statement per kind, each item still its own
@@ -21,8 +22,8 @@ use super::instances::{
 use super::{Error, Result, map_db_error};
 use crate::domain::instance::Instance;
 
-/// Most calls one shared transaction takes.
-pub const DEFAULT_MAX_BATCH: usize = 256;
+/// Most calls one shared transaction takes (a batch completion's items count one each).
+pub const DEFAULT_MAX_BATCH: usize = 1000;
 /// Committer tasks: while one commits, the next gathers the calls that arrived meanwhile.
 pub const DEFAULT_COMMITTERS: usize = 3;
 
@@ -80,6 +81,33 @@ impl GroupCommit {
     /// RUNNING → FAILED or DEAD under the lease token.
     pub async fn fail(&self, item: FailureReport) -> Result<Instance> {
         self.call(|reply| Op::Fail(item, reply)).await
+    }
+
+    /// The items of a batch completion (`POST /v1/completions`), each queued as its own call:
+    /// concurrent batches share transactions, and the per-task work of a statement is paid
+    /// once for all of them. Answers come in item order. A database failure of any item fails
+    /// the whole batch (the request is answered 503, as before), never an item status.
+    pub async fn complete_all(&self, items: Vec<Completion>) -> Result<Vec<Result<Instance>>> {
+        let mut answers = Vec::with_capacity(items.len());
+        for item in items {
+            let (reply, answer) = oneshot::channel();
+            self.tx
+                .send(Op::Complete(item, reply))
+                .await
+                .map_err(|_| Error::Db(sqlx::Error::PoolClosed))?;
+            answers.push(answer);
+        }
+        let mut out = Vec::with_capacity(answers.len());
+        for answer in answers {
+            match answer
+                .await
+                .map_err(|_| Error::Db(sqlx::Error::PoolClosed))?
+            {
+                Err(e @ Error::Db(_)) => return Err(e),
+                other => out.push(other),
+            }
+        }
+        Ok(out)
     }
 
     async fn call(&self, op: impl FnOnce(Reply) -> Op) -> Result<Instance> {

@@ -537,19 +537,6 @@ pub struct Completion {
     pub actor: Option<String>,
 }
 
-/// Complete many instances in one transaction (one commit for all): each is its own
-/// compare-and-swap on (id, RUNNING, lease token), so a stale token fails only its own item.
-/// Returns one result per item, in order.
-pub async fn complete_many(pool: &PgPool, items: &[Completion]) -> Result<Vec<Result<Instance>>> {
-    if items.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut tx = pool.begin().await.map_err(map_db_error)?;
-    let done = complete_in(&mut tx, items).await?;
-    tx.commit().await.map_err(map_db_error)?;
-    answer_each(pool, items.iter().map(|c| c.id), done).await
-}
-
 /// One answer per id, in order: the written instance, or why the compare-and-swap missed.
 pub(super) async fn answer_each(
     pool: &PgPool,
