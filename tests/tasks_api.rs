@@ -161,7 +161,13 @@ async fn pause_and_resume_move_next_fire_at(pool: PgPool) {
 #[sqlx::test]
 async fn delete_removes_the_task_and_cancels_pending_work(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
-    app.put("/v1/tasks/t1", cron_task("a", "* * * * * *")).await;
+    // Hourly, so exactly one window is due below however slow the pass is (with a per-second
+    // cron, a pass that crossed a second boundary also wrote the next window, skipped).
+    app.put(
+        "/v1/tasks/t1",
+        json!({"agent_id": "a", "trigger": {"type": "interval", "every_seconds": 3600}}),
+    )
+    .await;
     // Make one window due now and materialise it.
     sqlx::query("update tasks set next_fire_at = date_trunc('second', now())")
         .execute(&pool)

@@ -136,12 +136,6 @@ const IN_ORDER_SQL: &str = "(coalesce(t.spec->'execution'->>'overlap', '') <> 'q
            and (o.available_at, o.scheduled_at, o.id) < (m.available_at, m.scheduled_at, m.id) \
            and o.id <> all($1)))";
 
-/// Claim up to `max_instances` PENDING instances of `agent_id` (see [`claim_scoped`]).
-pub async fn claim(pool: &PgPool, req: &ClaimRequest, actor: &str) -> Result<Vec<Claimed>> {
-    let mut each = claim_many(pool, &[(req.clone(), actor.to_owned())]).await?;
-    Ok(each.pop().unwrap_or_default())
-}
-
 /// Several claims of one agent in one transaction (the coalesced claims of
 /// [`super::claim_rounds`]): one pick over the sum of their `max_instances`, dealt
 /// out in request order, so the first request gets what it would have got alone and the
@@ -491,32 +485,35 @@ struct Recheck {
     push_lease: i64,
 }
 
+impl Recheck {
+    /// The task's view for [`grant`].
+    fn room(&self) -> TaskRoom<'_> {
+        TaskRoom {
+            claimable: self.claimable,
+            room: i64::from(self.lim) - self.running,
+            free: &self.free,
+        }
+    }
+}
+
 async fn recheck(
     conn: &mut PgConnection,
     scope: ClaimScope<'_>,
     permits: &[(String, i32)],
 ) -> Result<Vec<Recheck>> {
-    let mut tasks: Vec<&str> = Vec::new();
-    let mut slots: Vec<String> = Vec::new();
-    for (task, slot) in permits {
-        match tasks.iter().position(|t| *t == task.as_str()) {
-            Some(k) => slots[k].push_str(&format!(",{slot}")),
-            None => {
-                tasks.push(task.as_str());
-                slots.push(slot.to_string());
-            }
-        }
-    }
+    let tasks: Vec<&str> = permits.iter().map(|p| p.0.as_str()).collect();
+    let slots: Vec<i32> = permits.iter().map(|p| p.1).collect();
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "select c.task_id, coalesce(t.claimable, false) as claimable, coalesce(t.lim, 0) as lim, \
              coalesce(t.timeout, 0) as timeout, coalesce(t.push_lease, 0) as push_lease, \
              (select count(*) from task_instance r \
               where r.task_id = c.task_id and r.status = 'RUNNING') as running, \
-             array(select s from unnest(string_to_array(c.slots, ',')::int[]) as s \
+             array(select s from unnest(c.slots) as s \
                    where not exists (select 1 from task_instance r where r.task_id = c.task_id \
                                      and r.status = 'RUNNING' and r.run_slot = s) \
                    order by s) as free \
-         from unnest($1::text[], $2::text[]) as c(task_id, slots) \
+         from (select task_id, array_agg(slot) as slots \
+               from unnest($1::text[], $2::int[]) as p(task_id, slot) group by task_id) as c \
          left join lateral ( \
              select not t.paused and t.dispatch_mode = $3 as claimable, \
                  least({TASK_LIMIT_SQL}, $4) as lim, {TASK_TIMEOUT_SQL} as timeout, \
@@ -535,37 +532,49 @@ async fn recheck(
     .map_err(map_db_error)
 }
 
-/// One row to claim: chosen row `id` under permit `slot` for taker `taker`.
+/// What [`grant`] needs of a chosen task, read in the fresh snapshot.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TaskRoom<'a> {
+    /// Not paused, not deleted, of the claim's dispatch mode.
+    pub claimable: bool,
+    /// `limit - running`.
+    pub room: i64,
+    /// Reserved permits no committed RUNNING row holds, ascending.
+    pub free: &'a [i32],
+}
+
+/// One row to claim: chosen row `id` of `task` under permit `slot` for taker `taker`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Grant<Id> {
+pub(crate) struct Grant<'a, Id> {
     pub id: Id,
+    pub task: &'a str,
     pub slot: i32,
     pub taker: usize,
 }
 
 /// Pair each task's chosen rows (in claim order, so oldest first within the task) with its
-/// free permits (ascending), never past `limit - running`: the first rows of a task get the
-/// permits, so window order holds for queue tasks. `tasks` gives per task id whether it is
-/// claimable, its room and its free permits.
-pub(crate) fn grant<Id: Clone>(
-    chosen: &[(Id, &str)],
+/// free permits (ascending), never past its room: the first rows of a task get the permits,
+/// so window order holds for queue tasks. Row `n` goes to taker `dealt[n]`.
+pub(crate) fn grant<'a, Id: Clone>(
+    chosen: &[(Id, &'a str)],
     dealt: &[usize],
-    tasks: &std::collections::HashMap<&str, (bool, i64, Vec<i32>)>,
-) -> Vec<Grant<Id>> {
+    tasks: &std::collections::HashMap<&str, TaskRoom<'_>>,
+) -> Vec<Grant<'a, Id>> {
     let mut used: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     let mut out = Vec::new();
     for ((id, task), &taker) in chosen.iter().zip(dealt) {
-        let Some((claimable, room, free)) = tasks.get(task) else {
+        let Some(t) = tasks.get(task).filter(|t| t.claimable) else {
             continue;
         };
         let n = used.entry(task).or_insert(0);
-        if !claimable || i64::try_from(*n).unwrap_or(i64::MAX) >= *room {
+        if i64::try_from(*n).unwrap_or(i64::MAX) >= t.room {
             continue;
         }
-        if let Some(&slot) = free.get(*n) {
+        if let Some(&slot) = t.free.get(*n) {
             *n += 1;
             out.push(Grant {
                 id: id.clone(),
+                task,
                 slot,
                 taker,
             });
@@ -593,22 +602,11 @@ async fn take(
         return Ok(Vec::new());
     }
     let checked = recheck(conn, scope, permits).await?;
-    let tasks: std::collections::HashMap<&str, (bool, i64, Vec<i32>)> = checked
-        .iter()
-        .map(|r| {
-            let room = i64::from(r.lim) - r.running;
-            (r.task_id.as_str(), (r.claimable, room, r.free.clone()))
-        })
-        .collect();
+    let by_task: std::collections::HashMap<&str, &Recheck> =
+        checked.iter().map(|r| (r.task_id.as_str(), r)).collect();
+    let rooms = by_task.iter().map(|(t, r)| (*t, r.room())).collect();
     let rows: Vec<(Uuid, &str)> = chosen.iter().map(|c| (c.id, c.task_id.as_str())).collect();
-    let grants = grant(&rows, dealt, &tasks);
-    if grants.is_empty() {
-        return Ok(Vec::new());
-    }
-    let timing: std::collections::HashMap<&str, (i64, i64)> = checked
-        .iter()
-        .map(|r| (r.task_id.as_str(), (r.timeout, r.push_lease)))
-        .collect();
+    let grants = grant(&rows, dealt, &rooms);
     let mut ids = Vec::with_capacity(grants.len());
     let mut slots = Vec::with_capacity(grants.len());
     let mut taker_of = Vec::with_capacity(grants.len());
@@ -616,20 +614,20 @@ async fn take(
     let mut timeouts = Vec::with_capacity(grants.len());
     let mut workers = Vec::with_capacity(grants.len());
     let mut actors = Vec::with_capacity(grants.len());
-    let task_of: std::collections::HashMap<Uuid, &str> = rows.iter().copied().collect();
     for g in &grants {
-        let task = task_of.get(&g.id).copied().unwrap_or_default();
-        let (timeout, push_lease) = timing.get(task).copied().unwrap_or((0, 0));
-        let Some(t) = takers.get(g.taker) else {
+        let (Some(task), Some(t)) = (by_task.get(g.task), takers.get(g.taker)) else {
             continue;
         };
         ids.push(g.id);
         slots.push(g.slot);
         taker_of.push(i32::try_from(g.taker).unwrap_or(i32::MAX));
-        leases.push(t.lease_seconds.unwrap_or(push_lease as f64));
-        timeouts.push(timeout as f64);
+        leases.push(t.lease_seconds.unwrap_or(task.push_lease as f64));
+        timeouts.push(task.timeout as f64);
         workers.push(t.worker_id);
         actors.push(t.actor);
+    }
+    if ids.is_empty() {
+        return Ok(Vec::new());
     }
     let sql = format!(
         "with g as ( \
@@ -698,21 +696,37 @@ pub async fn next_available_at(
 mod tests {
     use std::collections::HashMap;
 
-    use super::{Grant, grant};
+    use super::{Grant, TaskRoom, grant};
 
-    fn g(id: u32, slot: i32, taker: usize) -> Grant<u32> {
-        Grant { id, slot, taker }
+    fn g<'a>(id: u32, task: &'a str, slot: i32, taker: usize) -> Grant<'a, u32> {
+        Grant {
+            id,
+            task,
+            slot,
+            taker,
+        }
+    }
+
+    fn room(claimable: bool, room: i64, free: &[i32]) -> TaskRoom<'_> {
+        TaskRoom {
+            claimable,
+            room,
+            free,
+        }
     }
 
     #[test]
     fn rows_of_a_task_take_its_free_permits_oldest_first_up_to_its_room() {
         let chosen = [(1, "a"), (2, "b"), (3, "a"), (4, "a"), (5, "b")];
         let dealt = [0, 0, 1, 1, 1];
-        let tasks = HashMap::from([("a", (true, 2, vec![4, 9, 11])), ("b", (true, 5, vec![0]))]);
+        let tasks = HashMap::from([
+            ("a", room(true, 2, &[4, 9, 11])),
+            ("b", room(true, 5, &[0])),
+        ]);
         // a: room 2 of three free permits; b: one free permit for two rows.
         assert_eq!(
             grant(&chosen, &dealt, &tasks),
-            vec![g(1, 4, 0), g(2, 0, 0), g(3, 9, 1)]
+            vec![g(1, "a", 4, 0), g(2, "b", 0, 0), g(3, "a", 9, 1)]
         );
     }
 
@@ -720,15 +734,15 @@ mod tests {
     fn a_task_paused_meanwhile_or_gone_gets_nothing() {
         let chosen = [(1, "a"), (2, "b"), (3, "c")];
         let dealt = [0, 0, 0];
-        let tasks = HashMap::from([("a", (false, 5, vec![0])), ("c", (true, 5, vec![2]))]);
-        assert_eq!(grant(&chosen, &dealt, &tasks), vec![g(3, 2, 0)]);
+        let tasks = HashMap::from([("a", room(false, 5, &[0])), ("c", room(true, 5, &[2]))]);
+        assert_eq!(grant(&chosen, &dealt, &tasks), vec![g(3, "c", 2, 0)]);
     }
 
     #[test]
     fn no_room_or_no_free_permit_means_no_grant() {
         let chosen = [(1, "a"), (2, "b")];
         let dealt = [0, 1];
-        let tasks = HashMap::from([("a", (true, 0, vec![0, 1])), ("b", (true, 3, vec![]))]);
+        let tasks = HashMap::from([("a", room(true, 0, &[0, 1])), ("b", room(true, 3, &[]))]);
         assert!(grant(&chosen, &dealt, &tasks).is_empty());
     }
 }
