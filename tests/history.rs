@@ -1,6 +1,7 @@
 //! An instance's `events` list for every transition path, now that happy-path transitions are
 //! kept on the instance row; and the upgrade of a version-1 database holding rows in every
-//! status (migration 2), after which every history and guarantee still holds.
+//! status (migration 2), after which every history and guarantee still holds; and the move of
+//! the trigger cursor out of the task row (migration 5) on a database holding tasks.
 
 mod common;
 
@@ -8,6 +9,7 @@ use common::{TestApp, json};
 use kairos::services::Heartbeats;
 use kairos::services::retry_scanner::{RetryScanner, RetryScannerConfig};
 use kairos::services::timeout_reaper::{TimeoutReaper, TimeoutReaperConfig};
+use kairos::services::trigger_loop::{TriggerLoop, TriggerLoopConfig};
 use kairos::store::MIGRATOR;
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -381,4 +383,139 @@ async fn a_version_1_database_with_rows_in_every_status_upgrades_in_place(pool: 
     .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(s(&body, "id"), id(3));
+}
+
+/// The last schema version with the cursor on the task row.
+const V4: i64 = 20261201000004;
+
+#[sqlx::test(migrations = false)]
+async fn a_version_4_database_keeps_every_cursor_and_pause_when_the_cursor_moves_out(pool: PgPool) {
+    MIGRATOR.run_to(V4, &pool).await.expect("migrate to v4");
+    let spec = |id: &str| {
+        let sub = kairos::domain::task::parse_submission(
+            id,
+            &json!({"agent_id": "ca", "trigger": {"type": "interval", "every_seconds": 3600}}),
+        )
+        .expect("spec");
+        serde_json::to_value(&sub.spec).expect("json")
+    };
+    // Due a second ago; the same but paused; due tomorrow; fired once and done (null).
+    for (id, next, paused) in [
+        (
+            "due",
+            "date_trunc('second', now()) - interval '1 second'",
+            false,
+        ),
+        (
+            "held",
+            "date_trunc('second', now()) - interval '1 second'",
+            true,
+        ),
+        (
+            "later",
+            "date_trunc('second', now()) + interval '1 day'",
+            false,
+        ),
+        ("done", "null", false),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "insert into tasks (id, agent_id, spec, trigger_type, next_fire_at, last_window_at, \
+                 paused, paused_reason) \
+             values ($1, 'ca', $2, 'interval', {next}, now() - interval '2 hours', $3, \
+                 case when $3 then 'held by operator' end)"
+        )))
+        .bind(id)
+        .bind(spec(id))
+        .bind(paused)
+        .execute(&pool)
+        .await
+        .expect("v4 task");
+    }
+    let before: Vec<(String, Option<chrono::DateTime<chrono::Utc>>)> =
+        sqlx::query_as("select id, next_fire_at from tasks order by id")
+            .fetch_all(&pool)
+            .await
+            .expect("v4 cursors");
+
+    MIGRATOR
+        .run(&pool)
+        .await
+        .expect("upgrade to the latest schema");
+    let app = TestApp::spawn(pool.clone()).await;
+
+    // The API shows every cursor and pause as before.
+    for (id, next) in &before {
+        let (status, task) = json(app.get(&format!("/v1/tasks/{id}")).await).await;
+        assert_eq!(status, 200, "{task}");
+        let shown = task["next_fire_at"]
+            .as_str()
+            .map(|s| s.parse::<chrono::DateTime<chrono::Utc>>().expect("instant"));
+        assert_eq!(shown, *next, "{id}");
+        assert_eq!(task["paused"], json!(*id == "held"), "{id}");
+    }
+    let last: i64 = sqlx::query_scalar(
+        "select count(*) from task_cursor where last_window_at < now() - interval '1 hour'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("last windows");
+    assert_eq!(last, 4, "last_window_at moved with the cursor");
+
+    // One pass fires the due task only, the paused one stays held, and a second pass adds
+    // nothing.
+    let lp = TriggerLoop::new(
+        pool.clone(),
+        TriggerLoopConfig::new("n5"),
+        Heartbeats::default(),
+    );
+    assert_eq!(lp.run_once().await.expect("pass").num_created, 1);
+    assert_eq!(lp.run_once().await.expect("pass").num_created, 0);
+    let fired: Vec<String> = sqlx::query_scalar("select task_id from task_instance")
+        .fetch_all(&pool)
+        .await
+        .expect("windows");
+    assert_eq!(fired, vec!["due".to_owned()]);
+
+    // Resuming the paused task moves its cursor to now (paused time is not missed); pausing
+    // and deleting keep the cursor row in step with the task row.
+    let (status, resumed) = json(app.post("/v1/tasks/held/resume", json!({})).await).await;
+    assert_eq!(status, 200, "{resumed}");
+    assert_eq!(resumed["paused"], json!(false));
+    let (status, paused) = json(
+        app.post("/v1/tasks/later/pause", json!({"reason": "hold"}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{paused}");
+    let status = app
+        .request(reqwest::Method::DELETE, "/v1/tasks/done", None)
+        .await
+        .status();
+    assert!(status.is_success(), "{status}");
+    let cursors: Vec<(String, bool, bool)> = sqlx::query_as(
+        "select task_id, paused, next_fire_at > now() - interval '1 minute' from task_cursor \
+         order by task_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("cursors");
+    assert_eq!(
+        cursors,
+        vec![
+            ("due".to_owned(), false, true),
+            ("held".to_owned(), false, true),
+            ("later".to_owned(), true, true),
+        ]
+    );
+    // A task registered after the upgrade gets its cursor with its row.
+    let (status, created) = json(
+        app.put(
+            "/v1/tasks/fresh",
+            json!({"agent_id": "ca", "trigger": {"type": "interval", "every_seconds": 60}}),
+        )
+        .await,
+    )
+    .await;
+    assert!((200..300).contains(&status), "{created}");
+    assert!(created["next_fire_at"].is_string(), "{created}");
 }

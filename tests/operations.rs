@@ -49,7 +49,7 @@ async fn metrics_move_by_the_right_amounts(pool: PgPool) {
     .await;
     // Three windows due at once; one of them already exists (made by "another replica").
     sqlx::query(
-        "update tasks set next_fire_at = date_trunc('second', now()) - interval '2 seconds'",
+        "update task_cursor set next_fire_at = date_trunc('second', now()) - interval '2 seconds'",
     )
     .execute(&pool)
     .await
@@ -58,7 +58,7 @@ async fn metrics_move_by_the_right_amounts(pool: PgPool) {
         "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, agent_id, \
              max_attempts, available_at, finished_at, skip_reason) \
          select gen_random_uuid(), 'm', to_char(next_fire_at at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), \
-             next_fire_at, 'SKIPPED', 'schedule', 'ma', 4, next_fire_at, now(), 'test' from tasks where id = 'm'",
+             next_fire_at, 'SKIPPED', 'schedule', 'ma', 4, next_fire_at, now(), 'test' from task_cursor where task_id = 'm'",
     )
     .execute(&pool)
     .await

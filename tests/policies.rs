@@ -74,8 +74,8 @@ async fn fail(app: &TestApp, i: &Value) -> Value {
 /// Pretend the daemon was down: the task's next window is `secs` seconds in the past.
 async fn rewind(pool: &PgPool, task: &str, secs: i64) {
     sqlx::query(
-        "update tasks set next_fire_at = date_trunc('second', now()) - make_interval(secs => $2) \
-         where id = $1",
+        "update task_cursor set next_fire_at = date_trunc('second', now()) - make_interval(secs => $2) \
+         where task_id = $1",
     )
     .bind(task)
     .bind(secs as f64)
@@ -99,7 +99,7 @@ async fn overlap_replace_cancels_the_running_instance_and_fences_its_lease(pool:
     // The next window arrives while the old one still runs.
     rewind(&pool, "r", 0).await;
     sqlx::query(
-        "update tasks set next_fire_at = next_fire_at + interval '1 second' where id = 'r'",
+        "update task_cursor set next_fire_at = next_fire_at + interval '1 second' where task_id = 'r'",
     )
     .execute(&pool)
     .await

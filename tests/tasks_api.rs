@@ -169,7 +169,7 @@ async fn delete_removes_the_task_and_cancels_pending_work(pool: PgPool) {
     )
     .await;
     // Make one window due now and materialise it.
-    sqlx::query("update tasks set next_fire_at = date_trunc('second', now())")
+    sqlx::query("update task_cursor set next_fire_at = date_trunc('second', now())")
         .execute(&pool)
         .await
         .expect("update");

@@ -124,7 +124,7 @@ async fn concurrent_passes_on_one_due_task_insert_each_window_once(pool: PgPool)
         .await;
     // Pretend the daemon was down for 30 s, with a long grace: every missed window should run.
     sqlx::query(
-        "update tasks set next_fire_at = date_trunc('second', now()) - interval '30 seconds'",
+        "update task_cursor set next_fire_at = date_trunc('second', now()) - interval '30 seconds'",
     )
     .execute(&pool)
     .await
@@ -217,7 +217,7 @@ async fn a_paused_task_gets_no_windows(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     app.put("/v1/tasks/t1", json!({"agent_id": "a", "trigger": {"type": "interval", "every_seconds": 1}, "paused": true}))
         .await;
-    sqlx::query("update tasks set next_fire_at = now() - interval '5 seconds'")
+    sqlx::query("update task_cursor set next_fire_at = now() - interval '5 seconds'")
         .execute(&pool)
         .await
         .expect("rewind");
@@ -285,7 +285,7 @@ async fn instances_can_be_queried_by_status_and_paged(pool: PgPool) {
     )
     .await;
     sqlx::query(
-        "update tasks set next_fire_at = date_trunc('second', now()) - interval '9 seconds'",
+        "update task_cursor set next_fire_at = date_trunc('second', now()) - interval '9 seconds'",
     )
     .execute(&pool)
     .await
@@ -405,7 +405,7 @@ async fn on_time_windows_inside_a_long_grace_are_materialised_in_bounded_passes(
         .await;
     // 2,500 windows due, every one inside the grace (on time, not missed).
     sqlx::query(
-        "update tasks set next_fire_at = date_trunc('second', now()) - interval '2500 seconds'",
+        "update task_cursor set next_fire_at = date_trunc('second', now()) - interval '2500 seconds'",
     )
     .execute(&pool)
     .await
@@ -414,7 +414,7 @@ async fn on_time_windows_inside_a_long_grace_are_materialised_in_bounded_passes(
     let first = lp.run_once().await.expect("first pass");
     assert_eq!(first.num_created, MAX_ON_TIME_ROWS, "one pass is bounded");
     assert_eq!(first.num_skipped, 0);
-    let still_due: bool = sqlx::query_scalar("select next_fire_at <= now() from tasks")
+    let still_due: bool = sqlx::query_scalar("select next_fire_at <= now() from task_cursor")
         .fetch_one(&pool)
         .await
         .expect("next_fire_at");

@@ -1,7 +1,8 @@
 //! The trigger loop: turns every schedule into exactly one `task_instance` row per window.
 //!
-//! One loop runs per replica. A pass locks due tasks with `FOR UPDATE SKIP LOCKED` (so replicas
-//! split the work instead of queueing on each other), asks `domain::policy` what to write,
+//! One loop runs per replica. A pass locks due tasks' cursors (`task_cursor`, a narrow row per
+//! task) with `FOR UPDATE SKIP LOCKED` (so replicas split the work instead of queueing on each
+//! other), asks `domain::policy` what to write,
 //! inserts the windows with `ON CONFLICT DO NOTHING` and advances `next_fire_at`, all in one
 //! transaction: a crash anywhere leaves either everything or nothing. Between passes the loop
 //! sleeps until the earliest `next_fire_at` (database clock), woken early by NOTIFY on task

@@ -1,4 +1,5 @@
-//! The `tasks` table: the registry, pause state, and the trigger loop's `next_fire_at` cursor.
+//! The `tasks` table (the registry and pause state) and `task_cursor`, the trigger loop's
+//! `next_fire_at` cursor (one narrow row per task, migration 5).
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -23,8 +24,10 @@ struct TaskRow {
     updated_at: DateTime<Utc>,
 }
 
-const TASK_COLUMNS: &str = "spec, paused, paused_reason, next_fire_at, consecutive_failures, \
-                            version, created_at, updated_at";
+/// A task row's columns with its cursor's `next_fire_at`, for statements over `tasks` (unaliased).
+const TASK_COLUMNS: &str = "spec, paused, paused_reason, \
+     (select c.next_fire_at from task_cursor c where c.task_id = tasks.id) as next_fire_at, \
+     consecutive_failures, version, created_at, updated_at";
 
 impl TryFrom<TaskRow> for Task {
     type Error = Error;
@@ -231,8 +234,8 @@ pub async fn upsert_task(
             let paused = sub.paused.unwrap_or(false);
             let inserted = sqlx::query(
                 "insert into tasks (id, agent_id, spec, trigger_type, upstream_task_id, paused, \
-                                    paused_reason, paused_at, next_fire_at, dispatch_mode) \
-                 values ($1, $2, $3, $4, $5, $6, $7, case when $6 then now() end, $8, $9) \
+                                    paused_reason, paused_at, dispatch_mode) \
+                 values ($1, $2, $3, $4, $5, $6, $7, case when $6 then now() end, $8) \
                  on conflict (id) do nothing",
             )
             .bind(spec.id.as_str())
@@ -242,7 +245,6 @@ pub async fn upsert_task(
             .bind(spec.trigger.upstream().map(TaskId::as_str))
             .bind(paused)
             .bind(paused.then_some("paused at registration"))
-            .bind(registered_fire_at(&spec.trigger, now)?)
             .bind(spec.dispatch.mode())
             .execute(&mut *tx)
             .await
@@ -254,6 +256,13 @@ pub async fn upsert_task(
                     spec.id
                 )));
             }
+            // The insert created the cursor row (migration 5's trigger).
+            set_next_fire_at(
+                &mut tx,
+                spec.id.as_str(),
+                registered_fire_at(&spec.trigger, now)?,
+            )
+            .await?;
             Upserted::Created
         }
         Some(current) => {
@@ -271,11 +280,11 @@ pub async fn upsert_task(
             let paused = pause_change.unwrap_or(current.paused);
             sqlx::query(
                 "update tasks set agent_id = $2, spec = $3, trigger_type = $4, \
-                     upstream_task_id = $5, next_fire_at = $6, paused = $7, \
-                     paused_reason = case when $7 then coalesce(paused_reason, 'paused by task definition') end, \
-                     paused_at = case when $7 then coalesce(paused_at, now()) end, \
-                     resume_at = case when $7 then resume_at end, \
-                     dispatch_mode = $8, version = version + 1, updated_at = now() \
+                     upstream_task_id = $5, paused = $6, \
+                     paused_reason = case when $6 then coalesce(paused_reason, 'paused by task definition') end, \
+                     paused_at = case when $6 then coalesce(paused_at, now()) end, \
+                     resume_at = case when $6 then resume_at end, \
+                     dispatch_mode = $7, version = version + 1, updated_at = now() \
                  where id = $1",
             )
             .bind(spec.id.as_str())
@@ -283,12 +292,14 @@ pub async fn upsert_task(
             .bind(Json(&spec_json))
             .bind(spec.trigger.type_name())
             .bind(spec.trigger.upstream().map(TaskId::as_str))
-            .bind(next_fire_at)
             .bind(paused)
             .bind(spec.dispatch.mode())
             .execute(&mut *tx)
             .await
             .map_err(map_db_error)?;
+            if next_fire_at != current.next_fire_at {
+                set_next_fire_at(&mut tx, spec.id.as_str(), next_fire_at).await?;
+            }
             Upserted::Replaced
         }
     };
@@ -354,18 +365,33 @@ pub async fn resume_task(pool: &PgPool, id: &str) -> Result<Task> {
     let next_fire_at = resumed_fire_at(&current.spec.trigger, now)?;
     sqlx::query(
         "update tasks set paused = false, paused_reason = null, paused_at = null, \
-             resume_at = null, consecutive_failures = 0, next_fire_at = $2, \
+             resume_at = null, consecutive_failures = 0, \
              version = version + 1, updated_at = now() where id = $1",
     )
     .bind(id)
-    .bind(next_fire_at)
     .execute(&mut *tx)
     .await
     .map_err(map_db_error)?;
+    set_next_fire_at(&mut tx, id, next_fire_at).await?;
     notify_task_changed(&mut tx, id, next_fire_at).await?;
     let task = lock_task(&mut tx, id).await?.ok_or(Error::NotFound)?;
     tx.commit().await.map_err(map_db_error)?;
     Ok(task)
+}
+
+/// Set a task's next window (its cursor row exists from the task's insert on).
+async fn set_next_fire_at(
+    conn: &mut PgConnection,
+    id: &str,
+    next_fire_at: Option<DateTime<Utc>>,
+) -> Result<()> {
+    sqlx::query("update task_cursor set next_fire_at = $2 where task_id = $1")
+        .bind(id)
+        .bind(next_fire_at)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_db_error)?;
+    Ok(())
 }
 
 /// A due task as the trigger loop sees it, locked until the surrounding transaction ends.
@@ -382,7 +408,9 @@ struct DueRow {
     next_fire_at: DateTime<Utc>,
 }
 
-/// Lock up to `limit` due, unpaused tasks, skipping those another replica holds. Rows whose
+/// Lock the cursors of up to `limit` due, unpaused tasks, skipping those another replica holds
+/// (task rows are read, never locked or written, by the loop; a cursor skipped because another
+/// replica holds it costs no task read). Rows whose
 /// spec no longer parses are returned as errors beside the good ones so one bad row cannot
 /// stall the loop.
 pub async fn lock_due_tasks(
@@ -390,9 +418,14 @@ pub async fn lock_due_tasks(
     limit: i64,
 ) -> Result<(Vec<DueTask>, Vec<(String, String)>)> {
     let rows: Vec<DueRow> = sqlx::query_as(
-        "select id, spec, next_fire_at from tasks \
-         where not paused and next_fire_at is not null and next_fire_at <= now() \
-         order by next_fire_at limit $1 for update skip locked",
+        "with c as materialized ( \
+             select task_id, next_fire_at from task_cursor \
+             where not paused and next_fire_at is not null and next_fire_at <= now() \
+             order by next_fire_at limit $1 \
+             for update skip locked \
+         ) \
+         select c.task_id as id, t.spec, c.next_fire_at \
+         from c join tasks t on t.id = c.task_id order by c.next_fire_at",
     )
     .bind(limit)
     .fetch_all(&mut *conn)
@@ -430,11 +463,11 @@ pub async fn advance_tasks(conn: &mut PgConnection, moves: &[CursorMove]) -> Res
     let next: Vec<Option<DateTime<Utc>>> = moves.iter().map(|m| m.next_fire_at).collect();
     let last: Vec<Option<DateTime<Utc>>> = moves.iter().map(|m| m.last_window_at).collect();
     sqlx::query(
-        "update tasks t set next_fire_at = m.next_fire_at, \
-             last_window_at = coalesce(m.last_window_at, t.last_window_at) \
+        "update task_cursor c set next_fire_at = m.next_fire_at, \
+             last_window_at = coalesce(m.last_window_at, c.last_window_at) \
          from unnest($1::text[], $2::timestamptz[], $3::timestamptz[]) \
               as m(id, next_fire_at, last_window_at) \
-         where t.id = m.id",
+         where c.task_id = m.id",
     )
     .bind(&ids)
     .bind(&next)
@@ -464,7 +497,8 @@ pub async fn quarantine_task(conn: &mut PgConnection, id: &str, reason: &str) ->
 /// loop's sleep.
 pub async fn earliest_fire_at(pool: &PgPool) -> Result<(Option<DateTime<Utc>>, DateTime<Utc>)> {
     sqlx::query_as(
-        "select (select min(next_fire_at) from tasks where not paused and next_fire_at is not null), now()",
+        "select (select min(next_fire_at) from task_cursor \
+                 where not paused and next_fire_at is not null), now()",
     )
     .fetch_one(pool)
     .await
@@ -550,14 +584,14 @@ pub async fn resume_cooled_down(
         let next = resumed_fire_at(&spec.trigger, row.next_fire_at)?;
         sqlx::query(
             "update tasks set paused = false, paused_reason = null, paused_at = null, \
-                 resume_at = null, next_fire_at = $2, version = version + 1, updated_at = now() \
+                 resume_at = null, version = version + 1, updated_at = now() \
              where id = $1",
         )
         .bind(&row.id)
-        .bind(next)
         .execute(&mut *conn)
         .await
         .map_err(map_db_error)?;
+        set_next_fire_at(conn, &row.id, next).await?;
         notify_task_changed(conn, &row.id, next).await?;
         super::instances::notify_work(conn, &spec.agent_id).await?;
         tracing::info!(task_id = %row.id, next_fire_at = ?next, reason = "circuit cooldown ended", "task resumed (half-open)");
