@@ -149,10 +149,18 @@ pub async fn unfinished_windows(
     conn: &mut PgConnection,
     task_ids: &[&str],
 ) -> Result<HashMap<String, Vec<String>>> {
+    // One probe per status, each through that status's task-keyed partial index (migration 6).
     let rows: Vec<(String, String)> = sqlx::query_as(
-        "select task_id, window_key from task_instance \
-         where task_id = any($1) and status in ('PENDING', 'RUNNING', 'FAILED') \
-         order by task_id, scheduled_at, window_key",
+        "select task_id, window_key from ( \
+             select task_id, window_key, scheduled_at from task_instance \
+             where task_id = any($1) and status = 'PENDING' \
+             union all \
+             select task_id, window_key, scheduled_at from task_instance \
+             where task_id = any($1) and status = 'RUNNING' \
+             union all \
+             select task_id, window_key, scheduled_at from task_instance \
+             where task_id = any($1) and status = 'FAILED' \
+         ) u order by task_id, scheduled_at, window_key",
     )
     .bind(task_ids)
     .fetch_all(&mut *conn)
