@@ -271,12 +271,9 @@ pub async fn upsert_task(
                 tx.commit().await.map_err(map_db_error)?;
                 return Ok((Upserted::Unchanged, current));
             }
-            let next_fire_at =
-                if current.spec.trigger != spec.trigger || pause_change == Some(false) {
-                    registered_fire_at(&spec.trigger, now)?
-                } else {
-                    current.next_fire_at
-                };
+            // A changed trigger, or a resume by definition, starts the schedule afresh from now;
+            // otherwise the cursor is the trigger loop's and is left alone.
+            let restart = current.spec.trigger != spec.trigger || pause_change == Some(false);
             let paused = pause_change.unwrap_or(current.paused);
             sqlx::query(
                 "update tasks set agent_id = $2, spec = $3, trigger_type = $4, \
@@ -297,7 +294,8 @@ pub async fn upsert_task(
             .execute(&mut *tx)
             .await
             .map_err(map_db_error)?;
-            if next_fire_at != current.next_fire_at {
+            if restart {
+                let next_fire_at = registered_fire_at(&spec.trigger, now)?;
                 set_next_fire_at(&mut tx, spec.id.as_str(), next_fire_at).await?;
             }
             Upserted::Replaced
