@@ -155,3 +155,79 @@ async fn thirty_two_claimers_never_exceed_the_limit_while_completes_fails_reaps_
     .expect("slots");
     assert_eq!(bad, 0);
 }
+
+/// A limit lowered while instances run: no claim passes the new limit, whichever permits the
+/// running instances hold, and claims resume once enough of them finish.
+#[sqlx::test]
+async fn a_lowered_limit_holds_while_instances_of_the_old_one_run(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let task = |limit: i64| {
+        json!({
+            "agent_id": "lo",
+            "trigger": {"type": "manual"},
+            "execution": {"concurrency_limit": limit, "overlap": "queue", "max_retries": 0},
+        })
+    };
+    let (status, body) = json(app.put("/v1/tasks/low", task(6)).await).await;
+    assert_eq!(status, 201, "{body}");
+    backlog(&pool, "low", "lo", 40, 60, 1).await;
+    let running = common::claim(&app, "lo", "w1", 6, json!({})).await;
+    assert_eq!(running.len(), 6);
+    let (status, body) = json(app.put("/v1/tasks/low", task(2)).await).await;
+    assert_eq!(status, 200, "{body}");
+
+    let running_now = |pool: PgPool| async move {
+        let n: i64 = sqlx::query_scalar(
+            "select count(*) from task_instance where task_id = 'low' and status = 'RUNNING'",
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+        n
+    };
+    // Finish the instances one by one, low permits first so that permits below the new limit
+    // come free while higher ones are still held; after each, claim as much as is offered.
+    let mut by_slot: Vec<(i32, Value)> = Vec::new();
+    for inst in running {
+        let id: uuid::Uuid = inst["id"].as_str().expect("id").parse().expect("uuid");
+        let slot: i32 = sqlx::query_scalar("select run_slot from task_instance where id = $1")
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .expect("slot");
+        by_slot.push((slot, inst));
+    }
+    by_slot.sort_by_key(|(slot, _)| *slot);
+    let mut claimed_after = 0;
+    for (done, (_, inst)) in by_slot.into_iter().enumerate() {
+        let (status, body) = json(
+            app.post(
+                &format!(
+                    "/v1/instances/{}/complete",
+                    inst["id"].as_str().expect("id")
+                ),
+                json!({"lease_token": inst["lease_token"]}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let got = common::claim(&app, "lo", "w2", 6, json!({})).await.len();
+        let old_running = 6 - (done + 1);
+        if old_running >= 2 {
+            assert_eq!(
+                got, 0,
+                "claimed with {old_running} old instances still running"
+            );
+        }
+        claimed_after += got;
+        let n = running_now(pool.clone()).await;
+        assert!(
+            n <= old_running.max(2) as i64,
+            "{n} RUNNING past the lowered limit"
+        );
+    }
+    // Once the old instances are gone the task runs at its new limit.
+    assert_eq!(running_now(pool.clone()).await, 2);
+    assert_eq!(claimed_after, 2);
+}

@@ -470,16 +470,23 @@ async fn reserve_permits(conn: &mut PgConnection, chosen: &[Chosen]) -> Result<V
 
 /// Step 3a, in a fresh snapshot (it sees every claim committed before the permits were
 /// reserved): per chosen task, whether it may still be claimed from (not paused, not deleted,
-/// the scope's dispatch mode), its limit, its RUNNING count, and which of the reserved permits
-/// no committed RUNNING row holds. Each task is one primary-key lookup and its own permits,
+/// the scope's dispatch mode), its limit, its RUNNING count where permits alone cannot bound
+/// the claim, and which of the reserved permits no committed RUNNING row holds. Each task is one primary-key lookup and its own permits,
 /// so the cost grows with the claim, never with the table, whatever the statistics say.
 #[derive(sqlx::FromRow)]
 struct Recheck {
     task_id: String,
     claimable: bool,
     lim: i32,
+    /// The task's RUNNING count when some RUNNING row holds a permit at or past `lim` (the
+    /// limit was lowered, or another replica caps pushes higher); otherwise 0. Below the
+    /// limit the free permits bound a claim by themselves: the permits are 0..lim-1, each
+    /// held by at most one RUNNING row, so the free ones number at most `lim - running`.
+    /// Counting every claim cost more than the rest of this step: during a drain a task's
+    /// run-slot entries are mostly those of just-finished rows, each read in the heap.
     running: i64,
-    /// Reserved permits still free, ascending.
+    /// Reserved permits still free and below `lim` (it may have been lowered since the
+    /// permits were reserved), ascending.
     free: Vec<i32>,
     timeout: i64,
     push_lease: i64,
@@ -506,10 +513,14 @@ async fn recheck(
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "select c.task_id, coalesce(t.claimable, false) as claimable, coalesce(t.lim, 0) as lim, \
              coalesce(t.timeout, 0) as timeout, coalesce(t.push_lease, 0) as push_lease, \
-             (select count(*) from task_instance r \
-              where r.task_id = c.task_id and r.status = 'RUNNING') as running, \
+             case when exists (select 1 from task_instance r \
+                               where r.task_id = c.task_id and r.status = 'RUNNING' \
+                                 and r.run_slot >= coalesce(t.lim, 0)) \
+                  then (select count(*) from task_instance r \
+                        where r.task_id = c.task_id and r.status = 'RUNNING') \
+                  else 0 end as running, \
              array(select s from unnest(c.slots) as s \
-                   where not exists (select 1 from task_instance r where r.task_id = c.task_id \
+                   where s < coalesce(t.lim, 0) and not exists (select 1 from task_instance r where r.task_id = c.task_id \
                                      and r.status = 'RUNNING' and r.run_slot = s) \
                    order by s) as free \
          from (select task_id, array_agg(slot) as slots \
