@@ -408,7 +408,9 @@ struct DueRow {
 
 /// Lock the cursors of up to `limit` due, unpaused tasks, skipping those another replica holds
 /// (task rows are read, never locked or written, by the loop; a cursor skipped because another
-/// replica holds it costs no task read). Rows whose
+/// replica holds it costs no task read). Each task is one primary-key lookup: with the
+/// statistics of a just-registered fleet the planner otherwise hashed the whole registry for
+/// every batch. Rows whose
 /// spec no longer parses are returned as errors beside the good ones so one bad row cannot
 /// stall the loop.
 pub async fn lock_due_tasks(
@@ -422,8 +424,9 @@ pub async fn lock_due_tasks(
              order by next_fire_at limit $1 \
              for update skip locked \
          ) \
-         select c.task_id as id, t.spec, c.next_fire_at \
-         from c join tasks t on t.id = c.task_id order by c.next_fire_at",
+         select c.task_id as id, t.spec, c.next_fire_at from c \
+         cross join lateral (select spec from tasks t where t.id = c.task_id offset 0) t \
+         order by c.next_fire_at",
     )
     .bind(limit)
     .fetch_all(&mut *conn)
