@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::{Extension, State};
 use axum::routing::post;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
@@ -17,7 +17,21 @@ use super::extract::{JsonBody, body_object, int_field, string_field};
 use super::{AppState, RouteTable};
 use crate::domain::access::Principal;
 use crate::domain::task::valid_name;
-use crate::store::claim::{self as store_claim, ClaimRequest, Claimed};
+use crate::store::claim::{self as store_claim, ClaimRequest, Claimed, LeaseView};
+
+/// The answer to a claim: the instances taken, each with its lease token and context.
+#[derive(serde::Serialize)]
+struct ClaimsBody {
+    instances: Vec<LeaseView>,
+}
+
+impl ClaimsBody {
+    fn of(claimed: Vec<Claimed>) -> Json<ClaimsBody> {
+        Json(ClaimsBody {
+            instances: claimed.into_iter().map(Claimed::into_view).collect(),
+        })
+    }
+}
 
 /// `Retry-After` of a claim refused because `claim_max_waiters` requests already wait.
 const WAITERS_RETRY_AFTER_S: u64 = 1;
@@ -51,7 +65,7 @@ async fn claim(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ClaimsBody>, ApiError> {
     let m = body_object(
         body,
         &[
@@ -103,14 +117,12 @@ async fn claim(
                 let i = &c.instance;
                 tracing::debug!(task_id = %i.task_id, window_key = %i.window_key, instance_id = %i.id, attempt = i.attempt, worker_id = %req.worker_id, "instance claimed");
             }
-            return Ok(Json(json!({
-                "instances": claimed.iter().map(Claimed::to_json).collect::<Vec<_>>()
-            })));
+            return Ok(ClaimsBody::of(claimed));
         }
         metrics::counter!("kairos_claims_total", "outcome" => "empty").increment(1);
         let now = Instant::now();
         if now >= deadline || state.shutdown.is_cancelled() {
-            return Ok(Json(json!({ "instances": [] })));
+            return Ok(ClaimsBody::of(Vec::new()));
         }
         if waiting.is_none() {
             match state.claim_waiters.clone().try_acquire_owned() {
@@ -150,7 +162,7 @@ async fn claim(
         }
         if state.shutdown.is_cancelled() {
             // A replica that is stopping takes no new work, not even for a waiting claim.
-            return Ok(Json(json!({ "instances": [] })));
+            return Ok(ClaimsBody::of(Vec::new()));
         }
     }
 }

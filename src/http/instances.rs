@@ -143,7 +143,7 @@ async fn heartbeat(
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Instance>, ApiError> {
     let id = parse_instance_id(&id)?;
     scoped_lease_holder(&state, &principal, id).await?;
     let m = body_object(body, &["lease_token", "lease_seconds"])?;
@@ -164,7 +164,7 @@ async fn heartbeat(
         })
         .await
         .map_err(|e| not_found_instance(e, &id))?;
-    Ok(Json(instance_json(&inst)))
+    Ok(Json(inst))
 }
 
 async fn complete(
@@ -172,7 +172,7 @@ async fn complete(
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Instance>, ApiError> {
     let id = parse_instance_id(&id)?;
     scoped_lease_holder(&state, &principal, id).await?;
     let m = body_object(body, &["lease_token", "result"])?;
@@ -198,7 +198,7 @@ async fn complete(
         .await
         .map_err(|e| not_found_instance(e, &id))?;
     tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, "instance succeeded");
-    Ok(Json(instance_json(&inst)))
+    Ok(Json(inst))
 }
 
 /// For a token limited to some agents: check it may act for the instance's agent (404 for an
@@ -223,7 +223,7 @@ async fn fail(
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Instance>, ApiError> {
     let id = parse_instance_id(&id)?;
     scoped_lease_holder(&state, &principal, id).await?;
     let m = body_object(
@@ -256,7 +256,7 @@ async fn fail(
         .await
         .map_err(|e| not_found_instance(e, &id))?;
     tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, status = %inst.status, retryable, retry_at_once, reason = %inst.error.as_deref().unwrap_or(""), "instance failed");
-    Ok(Json(instance_json(&inst)))
+    Ok(Json(inst))
 }
 
 fn reason_of(body: Value, default: &str) -> Result<String, ApiError> {
@@ -331,13 +331,35 @@ async fn cancel(
 /// Most completions in one `POST /v1/completions`.
 pub const MAX_COMPLETIONS_PER_CALL: usize = 500;
 
+/// The answer to `POST /v1/completions`: one result per item, in order.
+#[derive(serde::Serialize)]
+struct BatchBody {
+    results: Vec<BatchItem>,
+}
+
+/// One item's outcome: the instance written, or why the compare-and-swap missed.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum BatchItem {
+    Done {
+        id: Uuid,
+        status: u16,
+        instance: Box<Instance>,
+    },
+    Refused {
+        id: Uuid,
+        status: u16,
+        detail: String,
+    },
+}
+
 /// Complete many instances in one request and one database commit. Each item is fenced on its
 /// own: the answer lists, per item, `200` with the instance, `409` for a stale lease or `404`.
 async fn complete_batch(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<BatchBody>, ApiError> {
     let m = body_object(body, &["completions"])?;
     let Some(Value::Array(list)) = m.get("completions") else {
         return Err(ApiError::invalid(
@@ -411,18 +433,24 @@ async fn complete_batch(
     }
     let ids: Vec<Uuid> = items.iter().map(|c| c.id).collect();
     let outcomes = state.group.complete_all(items).await?;
-    let results: Vec<Value> = ids
+    let results: Vec<BatchItem> = ids
         .iter()
         .zip(outcomes)
         .map(|(id, outcome)| match outcome {
-            Ok(inst) => {
-                serde_json::json!({"id": id, "status": 200, "instance": instance_json(&inst)})
-            }
+            Ok(instance) => BatchItem::Done {
+                id: *id,
+                status: 200,
+                instance: Box::new(instance),
+            },
             Err(e) => {
                 let e = not_found_instance(e, id);
-                serde_json::json!({"id": id, "status": e.status().as_u16(), "detail": e.detail()})
+                BatchItem::Refused {
+                    id: *id,
+                    status: e.status().as_u16(),
+                    detail: e.detail(),
+                }
             }
         })
         .collect();
-    Ok(Json(serde_json::json!({ "results": results })))
+    Ok(Json(BatchBody { results }))
 }

@@ -60,13 +60,34 @@ pub struct Claimed {
     pub timeout_seconds: i64,
 }
 
+/// The instance as its lease holder receives it: the instance plus lease token and context.
+/// Serialised straight from the typed fields (no intermediate JSON tree per instance).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LeaseView {
+    #[serde(flatten)]
+    pub instance: Instance,
+    pub lease_token: Uuid,
+    pub context: Value,
+}
+
 impl Claimed {
-    /// The instance as its lease holder receives it: the instance plus lease token and context.
+    /// What the lease holder receives, taking the claim apart.
+    pub fn into_view(self) -> LeaseView {
+        LeaseView {
+            instance: self.instance,
+            lease_token: self.lease_token,
+            context: self.context,
+        }
+    }
+
+    /// [`LeaseView`] as a JSON value (for bodies built around it).
     pub fn to_json(&self) -> Value {
-        let mut v = serde_json::to_value(&self.instance).unwrap_or(Value::Null);
-        v["lease_token"] = serde_json::json!(self.lease_token);
-        v["context"] = self.context.clone();
-        v
+        serde_json::to_value(LeaseView {
+            instance: self.instance.clone(),
+            lease_token: self.lease_token,
+            context: self.context.clone(),
+        })
+        .unwrap_or(Value::Null)
     }
 }
 
