@@ -41,12 +41,8 @@ fn assert_every_second_once(keys: &[String]) {
     }
 }
 
-#[sqlx::test]
-async fn three_replicas_materialise_every_second_exactly_once(
-    pool_opts: PgPoolOptions,
-    conn_opts: PgConnectOptions,
-) {
-    // Three replicas, each with its own pool, as three processes would have.
+/// Three replicas' pools, each its own, as three processes would have.
+async fn replica_pools(pool_opts: &PgPoolOptions, conn_opts: &PgConnectOptions) -> Vec<PgPool> {
     let mut pools = Vec::new();
     for _ in 0..3 {
         pools.push(
@@ -58,6 +54,15 @@ async fn three_replicas_materialise_every_second_exactly_once(
                 .expect("pool"),
         );
     }
+    pools
+}
+
+#[sqlx::test]
+async fn three_replicas_materialise_every_second_exactly_once(
+    pool_opts: PgPoolOptions,
+    conn_opts: PgConnectOptions,
+) {
+    let pools = replica_pools(&pool_opts, &conn_opts).await;
     let api = TestApp::spawn(pools[0].clone()).await;
     let (status, _) = json(
         api.put("/v1/tasks/every_second", cron_task("a", "* * * * * *"))
@@ -443,17 +448,7 @@ async fn task_changes_racing_three_trigger_loops_all_succeed(
     pool_opts: PgPoolOptions,
     conn_opts: PgConnectOptions,
 ) {
-    let mut pools = Vec::new();
-    for _ in 0..3 {
-        pools.push(
-            pool_opts
-                .clone()
-                .max_connections(4)
-                .connect_with(conn_opts.clone())
-                .await
-                .expect("pool"),
-        );
-    }
+    let pools = replica_pools(&pool_opts, &conn_opts).await;
     let api = TestApp::spawn(pools[0].clone()).await;
     let ids: Vec<String> = (0..8).map(|k| format!("r{k}")).collect();
     let every_second = |ctx: u64| {
