@@ -391,24 +391,36 @@ async fn start_node(db: &BenchDb, node_id: &str, extra: &[(&str, &str)]) -> Resu
     }
 }
 
-/// Whether the schema keeps the trigger cursor in `task_cursor` (migration 5 on).
-async fn has_cursor_table(pool: &PgPool) -> Result<bool> {
-    Ok(
-        sqlx::query_scalar("select to_regclass('task_cursor') is not null")
-            .fetch_one(pool)
-            .await?,
-    )
+/// Where the trigger cursor lives: its own table since migration 5, the task row before. The
+/// older layout is kept so one bench source can measure a version from before it.
+struct CursorLayout {
+    table: &'static str,
+    key: &'static str,
+}
+
+async fn cursor_layout(pool: &PgPool) -> Result<CursorLayout> {
+    let own: bool = sqlx::query_scalar("select to_regclass('task_cursor') is not null")
+        .fetch_one(pool)
+        .await?;
+    Ok(if own {
+        CursorLayout {
+            table: "task_cursor",
+            key: "task_id",
+        }
+    } else {
+        CursorLayout {
+            table: "tasks",
+            key: "id",
+        }
+    })
 }
 
 /// The earliest `next_fire_at` of all tasks.
 async fn earliest_due(pool: &PgPool) -> Result<chrono::DateTime<chrono::Utc>> {
-    let table = if has_cursor_table(pool).await? {
-        "task_cursor"
-    } else {
-        "tasks"
-    };
+    let c = cursor_layout(pool).await?;
     Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "select min(next_fire_at) from {table}"
+        "select min(next_fire_at) from {}",
+        c.table
     )))
     .fetch_one(pool)
     .await?)
@@ -433,48 +445,34 @@ async fn insert_tasks(
         .map_err(|e| anyhow::anyhow!("bench task spec invalid: {e:?}"))?;
     let spec = serde_json::to_value(&sub.spec)?;
     let ttype = sub.spec.trigger.type_name();
-    // Since migration 5 the cursor is a row of its own, created with the task. The older
-    // layout is kept so one bench source can measure a version from before it.
-    let cursor_table = has_cursor_table(pool).await?;
     let chunk = 50_000;
     let mut start = 0;
     while start < n {
         let end = (start + chunk).min(n);
-        let sql = if cursor_table {
+        sqlx::query(
             "insert into tasks (id, agent_id, spec, trigger_type) \
              select $1 || g, 'bench_agent', jsonb_set($2::jsonb, '{id}', to_jsonb($1 || g)), $3 \
-             from generate_series($4::bigint, $5::bigint - 1) g"
-                .to_owned()
-        } else {
-            format!(
-                "insert into tasks (id, agent_id, spec, trigger_type, next_fire_at) \
-                 select $1 || g, 'bench_agent', jsonb_set($2::jsonb, '{{id}}', to_jsonb($1 || g)), $3, {next_fire_sql} \
-                 from generate_series($4::bigint, $5::bigint - 1) g"
-            )
-        };
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(prefix)
-            .bind(&spec)
-            .bind(ttype)
-            .bind(start)
-            .bind(end)
-            .execute(pool)
-            .await?;
-        start = end;
-    }
-    // The due instant is set once every task exists, in both layouts, so that seeding never
-    // eats into the lead the replicas get to start before it.
-    let update = if cursor_table {
-        format!(
-            "update task_cursor set next_fire_at = {next_fire_sql} where starts_with(task_id, $1)"
+             from generate_series($4::bigint, $5::bigint - 1) g",
         )
-    } else {
-        format!("update tasks set next_fire_at = {next_fire_sql} where starts_with(id, $1)")
-    };
-    sqlx::query(sqlx::AssertSqlSafe(update))
         .bind(prefix)
+        .bind(&spec)
+        .bind(ttype)
+        .bind(start)
+        .bind(end)
         .execute(pool)
         .await?;
+        start = end;
+    }
+    // The due instant is set once every task exists, so that seeding never eats into the lead
+    // the replicas get to start before it.
+    let c = cursor_layout(pool).await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "update {} set next_fire_at = {next_fire_sql} where starts_with({}, $1)",
+        c.table, c.key
+    )))
+    .bind(prefix)
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
@@ -525,14 +523,10 @@ async fn trigger_run(base: &str, tag: &str, n: i64, k: usize) -> Result<TriggerR
     // Done when no cursor is left at the instant: a cursor moves in the transaction that
     // writes its window. This look reads the due index only; counting the instance table
     // instead (a scan of up to n rows every 20 ms) took CPU from the loops being measured.
-    let table = if has_cursor_table(&db.pool).await? {
-        "task_cursor"
-    } else {
-        "tasks"
-    };
     let left_sql = format!(
-        "select count(*) from (select 1 from {table} \
-         where not paused and next_fire_at is not null and next_fire_at <= $1 limit 1) x"
+        "select count(*) from (select 1 from {} \
+         where not paused and next_fire_at is not null and next_fire_at <= $1 limit 1) x",
+        cursor_layout(&db.pool).await?.table
     );
     loop {
         let left: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(left_sql.as_str()))

@@ -17,19 +17,22 @@ use super::extract::{JsonBody, body_object, int_field, string_field};
 use super::{AppState, RouteTable};
 use crate::domain::access::Principal;
 use crate::domain::task::valid_name;
-use crate::store::claim::{self as store_claim, ClaimRequest, Claimed, LeaseView};
+use crate::store::claim::{self as store_claim, ClaimRequest, Claimed};
 
-/// The answer to a claim: the instances taken, each with its lease token and context.
+/// The answer to a claim: the instances taken, each as its lease holder sees it.
 #[derive(serde::Serialize)]
 struct ClaimsBody {
-    instances: Vec<LeaseView>,
+    #[serde(serialize_with = "lease_views")]
+    instances: Vec<Claimed>,
+}
+
+fn lease_views<S: serde::Serializer>(claimed: &[Claimed], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(claimed.iter().map(Claimed::view))
 }
 
 impl ClaimsBody {
-    fn of(claimed: Vec<Claimed>) -> Json<ClaimsBody> {
-        Json(ClaimsBody {
-            instances: claimed.into_iter().map(Claimed::into_view).collect(),
-        })
+    fn of(instances: Vec<Claimed>) -> Json<ClaimsBody> {
+        Json(ClaimsBody { instances })
     }
 }
 

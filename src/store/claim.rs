@@ -60,34 +60,29 @@ pub struct Claimed {
     pub timeout_seconds: i64,
 }
 
-/// The instance as its lease holder receives it: the instance plus lease token and context.
-/// Serialised straight from the typed fields (no intermediate JSON tree per instance).
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct LeaseView {
+/// The instance as its lease holder receives it: the instance plus lease token and context,
+/// serialised straight from the claim's fields (no intermediate JSON tree per instance).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct LeaseView<'a> {
     #[serde(flatten)]
-    pub instance: Instance,
+    pub instance: &'a Instance,
     pub lease_token: Uuid,
-    pub context: Value,
+    pub context: &'a Value,
 }
 
 impl Claimed {
-    /// What the lease holder receives, taking the claim apart.
-    pub fn into_view(self) -> LeaseView {
+    /// What the lease holder receives.
+    pub fn view(&self) -> LeaseView<'_> {
         LeaseView {
-            instance: self.instance,
+            instance: &self.instance,
             lease_token: self.lease_token,
-            context: self.context,
+            context: &self.context,
         }
     }
 
-    /// [`LeaseView`] as a JSON value (for bodies built around it).
+    /// [`Claimed::view`] as a JSON value (for bodies built around it).
     pub fn to_json(&self) -> Value {
-        serde_json::to_value(LeaseView {
-            instance: self.instance.clone(),
-            lease_token: self.lease_token,
-            context: self.context.clone(),
-        })
-        .unwrap_or(Value::Null)
+        serde_json::to_value(self.view()).unwrap_or(Value::Null)
     }
 }
 
@@ -492,8 +487,9 @@ async fn reserve_permits(conn: &mut PgConnection, chosen: &[Chosen]) -> Result<V
 /// Step 3a, in a fresh snapshot (it sees every claim committed before the permits were
 /// reserved): per chosen task, whether it may still be claimed from (not paused, not deleted,
 /// the scope's dispatch mode), its limit, its RUNNING count where permits alone cannot bound
-/// the claim, and which of the reserved permits no committed RUNNING row holds. Each task is one primary-key lookup and its own permits,
-/// so the cost grows with the claim, never with the table, whatever the statistics say.
+/// the claim, and which of the reserved permits no committed RUNNING row holds. Each task is
+/// one primary-key lookup and its own permits, so the cost grows with the claim, never with
+/// the table, whatever the statistics say.
 #[derive(sqlx::FromRow)]
 struct Recheck {
     task_id: String,

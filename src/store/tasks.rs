@@ -392,7 +392,8 @@ async fn set_next_fire_at(
     Ok(())
 }
 
-/// A due task as the trigger loop sees it, locked until the surrounding transaction ends.
+/// A due task as the trigger loop sees it, its cursor locked until the surrounding transaction
+/// ends.
 #[derive(Debug, Clone)]
 pub struct DueTask {
     pub spec: TaskSpec,
