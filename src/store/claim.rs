@@ -385,15 +385,19 @@ async fn read_per_task(
         ClaimScope::Agent { .. } => "t.agent_id = $1 and t.dispatch_mode = 'poll'",
         ClaimScope::Webhook { .. } => "t.dispatch_mode = 'webhook'",
     };
+    // `busy` probes each task for one available row in its pending index's order: an `exists`
+    // (PostgreSQL drops its ORDER BY and LIMIT) was planned over the task's whole history
+    // through the (task, window) index when the statistics expected a backlog.
     let sql = format!(
         "with eligible as materialized ( \
              select t.id, least({TASK_LIMIT_SQL}, $2) as lim from tasks t \
              where {tasks_filter} and not t.paused \
          ), busy as ( \
              select e.id, e.lim from eligible e \
-             where exists (select 1 from task_instance p where p.task_id = e.id \
+             where (select true from task_instance p where p.task_id = e.id \
                  and p.status = 'PENDING' and p.available_at <= now() \
-                 and ($1::text is null or p.agent_id = $1)) \
+                 and ($1::text is null or p.agent_id = $1) \
+                 order by p.available_at, p.scheduled_at, p.id limit 1) is not null \
          ), room as ( \
              select b.id, b.lim, b.lim - (select count(*) from task_instance r \
                  where r.task_id = b.id and r.status = 'RUNNING') as room \

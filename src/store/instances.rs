@@ -672,8 +672,14 @@ pub(super) async fn complete_in(
 /// NOTIFY it saved: it counted the task's RUNNING rows, and during a drain the run-slot index
 /// of a task holds mostly entries of just-finished rows, each read in the heap (single
 /// completes, 16 agents: about half of a completion's statement time).
-const QUEUED_WORK_SQL: &str =
-    "exists (select 1 from task_instance q where q.task_id = t.id and q.status = 'PENDING')";
+///
+/// It is a first-row probe in the order of the task's pending index rather than `exists`:
+/// PostgreSQL drops an `exists` subquery's ORDER BY and LIMIT, and with the statistics of a
+/// fresh backlog (hundreds of PENDING rows per task) it planned the `exists` as a sequential
+/// scan that stops at the first match, which reads the whole table once the task has none.
+pub const QUEUED_WORK_SQL: &str = "(select true from task_instance q \
+     where q.task_id = t.id and q.status = 'PENDING' \
+     order by q.available_at, q.scheduled_at, q.id limit 1) is not null";
 
 /// Wake the agents of the tasks among `task_ids` that [`QUEUED_WORK_SQL`] holds for.
 /// Call it before the finishing rows leave RUNNING (the NOTIFY is sent at commit).
