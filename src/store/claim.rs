@@ -326,9 +326,12 @@ struct Chosen {
 }
 
 fn chosen_of(rows: &[CandidateRow], p: &Pick<Uuid>) -> Vec<Chosen> {
+    // By id once: a claim round chooses up to 1,000 rows out of as many.
+    let by_id: std::collections::HashMap<Uuid, &CandidateRow> =
+        rows.iter().map(|r| (r.id, r)).collect();
     p.chosen
         .iter()
-        .filter_map(|id| rows.iter().find(|r| r.id == *id))
+        .filter_map(|id| by_id.get(id).copied())
         .map(|r| Chosen {
             id: r.id,
             task_id: r.task_id.clone(),
@@ -433,11 +436,17 @@ async fn read_per_task(
 /// the permits no committed RUNNING row holds and no other claimer has reserved. Returns
 /// `(task_id, permit)` pairs; the reservations last until the transaction ends.
 async fn reserve_permits(conn: &mut PgConnection, chosen: &[Chosen]) -> Result<Vec<(String, i32)>> {
+    // Per task in first-chosen order: (task, rows chosen, limit). A round of 1,000 rows may
+    // name 1,000 tasks, so each task's entry is found by a map, not a scan.
     let mut want: Vec<(&str, i32, i32)> = Vec::new();
+    let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for c in chosen {
-        match want.iter_mut().find(|w| w.0 == c.task_id) {
-            Some(w) => w.1 += 1,
-            None => want.push((c.task_id.as_str(), 1, c.lim)),
+        let k = *at.entry(c.task_id.as_str()).or_insert_with(|| {
+            want.push((c.task_id.as_str(), 0, c.lim));
+            want.len() - 1
+        });
+        if let Some(w) = want.get_mut(k) {
+            w.1 += 1;
         }
     }
     let tasks: Vec<&str> = want.iter().map(|w| w.0).collect();
