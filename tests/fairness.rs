@@ -5,8 +5,10 @@ mod common;
 
 use std::collections::{HashMap, HashSet};
 
-use common::{TestApp, backlog, claim, json};
-use kairos::store::claim::{ClaimRequest, ClaimScope, claim_many, claim_scoped};
+use common::{TestApp, backlog, claim, json, sample};
+use kairos::store::claim::{
+    ClaimRequest, ClaimScope, HeadRead, claim_many, claim_round, claim_scoped,
+};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
@@ -379,4 +381,135 @@ async fn forty_simultaneous_claims_of_one_agent_each_get_their_own_rows_and_leas
         let k: f64 = worker[1..].parse().expect("worker number");
         assert!((lease - (30.0 + k)).abs() < 0.01, "{worker}: lease {lease}");
     }
+}
+
+/// Seed agent `agent` with `per_task.len()` tasks `<agent>-<k>` (limit 1000), task k holding
+/// `per_task[k]` PENDING windows at fixed instants (window g of task k at base + 5g + k ms), so
+/// two agents seeded alike have the same availability order.
+async fn seed_alike(app: &TestApp, pool: &PgPool, agent: &str, per_task: &[i32]) {
+    for (k, n) in per_task.iter().enumerate() {
+        let task = format!("{agent}-{k}");
+        put_task(
+            app,
+            &task,
+            manual(agent, json!({"concurrency_limit": 1000})),
+        )
+        .await;
+        sqlx::query(
+            "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
+                 agent_id, max_attempts, available_at) \
+             select gen_random_uuid(), $1, 'b' || lpad(g::text, 6, '0'), t, 'PENDING', \
+                 'manual', $2, 1, t \
+             from generate_series(1, $3) g, \
+                 lateral (select timestamptz '2026-01-01 00:00:00+00' \
+                     + make_interval(secs => (g * 5 + $4) / 1000.0)) as x(t)",
+        )
+        .bind(&task)
+        .bind(agent)
+        .bind(n)
+        .bind(i32::try_from(k).unwrap_or(0))
+        .execute(pool)
+        .await
+        .expect("seed");
+    }
+}
+
+/// One claim round of three requests for `agent`, reading the head first or not: per request,
+/// the claimed (task number, window key) pairs, and whether the head was read in vain.
+async fn round_of(
+    pool: &PgPool,
+    agent: &str,
+    each: i64,
+    head: HeadRead,
+) -> (Vec<Vec<String>>, bool) {
+    let reqs: Vec<(ClaimRequest, String)> = (0..3)
+        .map(|w| {
+            let req = ClaimRequest {
+                agent_id: agent.to_owned(),
+                worker_id: format!("w{w}"),
+                max_instances: each,
+                lease_seconds: 60,
+            };
+            (req, format!("agent:w{w}"))
+        })
+        .collect();
+    let round = claim_round(pool, &reqs, head).await.expect("claim_round");
+    let lists = round
+        .claimed
+        .iter()
+        .map(|l| {
+            l.iter()
+                .map(|c| {
+                    let k = c.instance.task_id.rsplit('-').next().unwrap_or_default();
+                    format!("{k}/{}", c.instance.window_key)
+                })
+                .collect()
+        })
+        .collect();
+    (lists, round.head_unsettled)
+}
+
+/// Skipping the head (the claim rounds' hint after a head read in vain) picks exactly the rows
+/// the head-first claim picks, in the same order and dealt the same way; a head that settles
+/// the pick reports so, one that cannot reports it.
+#[sqlx::test]
+async fn a_claim_that_skips_the_head_picks_what_the_head_first_claim_picks(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    // Five tasks, one with a backlog: 60 rows need up to 12 of each task, so the head of 60
+    // rows (12 a task) cannot settle the pick.
+    seed_alike(&app, &pool, "hta", &[40, 40, 40, 40, 200]).await;
+    seed_alike(&app, &pool, "hsa", &[40, 40, 40, 40, 200]).await;
+    let (tried, unsettled) = round_of(&pool, "hta", 20, HeadRead::Try).await;
+    let (skipped, skip_unsettled) = round_of(&pool, "hsa", 20, HeadRead::Skip).await;
+    assert!(
+        unsettled,
+        "a head of 12 rows a task cannot settle a pick that needs more"
+    );
+    assert!(
+        !skip_unsettled,
+        "a claim that skips the head never reads it"
+    );
+    assert_eq!(tried.iter().map(Vec::len).sum::<usize>(), 60);
+    assert_eq!(tried, skipped);
+    // Fifty tasks of one row each: 30 rows are round 1 only, so the head settles the pick.
+    let ones = [1; 50];
+    seed_alike(&app, &pool, "htb", &ones).await;
+    seed_alike(&app, &pool, "hsb", &ones).await;
+    let (tried, unsettled) = round_of(&pool, "htb", 10, HeadRead::Try).await;
+    let (skipped, _) = round_of(&pool, "hsb", 10, HeadRead::Skip).await;
+    assert!(!unsettled, "a head of round-1 rows settles the pick");
+    assert_eq!(tried.iter().map(Vec::len).sum::<usize>(), 30);
+    assert_eq!(tried, skipped);
+}
+
+/// Over HTTP: a claim whose head cannot settle the pick makes the agent's next claim skip the
+/// head (the metric says which way each went), and both claims get the fair pick.
+#[sqlx::test]
+async fn after_a_head_read_in_vain_the_agents_next_claim_skips_the_head(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    seed_alike(&app, &pool, "hh", &[50, 50]).await;
+    let before = app.get("/metrics").await.text().await.expect("metrics");
+    let keys = |got: &[Value]| -> Vec<String> {
+        got.iter()
+            .map(|i| format!("{}/{}", task_of(i), i["window_key"].as_str().unwrap_or("")))
+            .collect()
+    };
+    // 20 rows of two tasks: the head (20 rows, 10 a task) needs round 10, so it cannot settle.
+    let first = claim(&app, "hh", "w1", 20, json!({})).await;
+    let second = claim(&app, "hh", "w1", 20, json!({})).await;
+    let want = |from: usize| -> Vec<String> {
+        (from..from + 10)
+            .flat_map(|g| [format!("hh-0/b{g:06}"), format!("hh-1/b{g:06}")])
+            .collect()
+    };
+    assert_eq!(keys(&first), want(1));
+    assert_eq!(keys(&second), want(11));
+    let after = app.get("/metrics").await.text().await.expect("metrics");
+    let moved = |outcome: &str| {
+        let series = format!("kairos_claim_head_total{{outcome=\"{outcome}\"}}");
+        sample(&after, &series) - sample(&before, &series)
+    };
+    assert_eq!(moved("unsettled"), 1.0);
+    assert_eq!(moved("skipped"), 1.0);
+    assert_eq!(moved("settled"), 0.0);
 }

@@ -6,24 +6,13 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{TestApp, eventually, json};
+use common::{TestApp, eventually, json, sample};
 use kairos::services::Heartbeats;
 use kairos::services::pruner::{Pruner, PrunerConfig};
 use kairos::services::stats::StatsSampler;
 use kairos::services::trigger_loop::{TriggerLoop, TriggerLoopConfig};
 use serde_json::json;
 use sqlx::PgPool;
-
-/// The value of one sample in Prometheus text, e.g. `kairos_skipped_total{reason="overlap"}`.
-fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| {
-            let (name, value) = l.rsplit_once(' ')?;
-            (name == series).then(|| value.parse().ok()).flatten()
-        })
-        .unwrap_or(0.0)
-}
 
 #[sqlx::test]
 async fn metrics_move_by_the_right_amounts(pool: PgPool) {

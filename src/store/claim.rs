@@ -163,8 +163,41 @@ pub async fn claim_many(
     pool: &PgPool,
     reqs: &[(ClaimRequest, String)],
 ) -> Result<Vec<Vec<Claimed>>> {
+    Ok(claim_round(pool, reqs, HeadRead::Try).await?.claimed)
+}
+
+/// Whether an agent's claim first reads the head of the agent's work (the oldest available
+/// rows over all its tasks) or goes straight to the per-task read. Both pick the same rows;
+/// the head is the cheap way when it settles the pick (many tasks with a few rows each), and
+/// wasted work when it cannot (a claim that needs several rows of each task): then it is read,
+/// its rows locked until the claim commits, and the per-task read runs as well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadRead {
+    Try,
+    Skip,
+}
+
+/// What [`claim_round`] claimed, and whether it read the head in vain.
+#[derive(Debug)]
+pub struct Round {
+    /// One list per request, in request order.
+    pub claimed: Vec<Vec<Claimed>>,
+    /// The head was read and could not settle the pick.
+    pub head_unsettled: bool,
+}
+
+/// [`claim_many`], reading the head first or not as `head` says, and reporting whether a head
+/// read was in vain (the caller's hint for the agent's next round).
+pub async fn claim_round(
+    pool: &PgPool,
+    reqs: &[(ClaimRequest, String)],
+    head: HeadRead,
+) -> Result<Round> {
     let Some((first, _)) = reqs.first() else {
-        return Ok(Vec::new());
+        return Ok(Round {
+            claimed: Vec::new(),
+            head_unsettled: false,
+        });
     };
     let scope = ClaimScope::Agent {
         agent_id: &first.agent_id,
@@ -179,14 +212,17 @@ pub async fn claim_many(
             max: usize::try_from(r.max_instances.max(1)).unwrap_or(1),
         })
         .collect();
-    let claimed = claim_dealt(pool, scope, &wants).await?;
+    let (claimed, head_unsettled) = claim_dealt(pool, scope, &wants, head).await?;
     let mut out: Vec<Vec<Claimed>> = reqs.iter().map(|_| Vec::new()).collect();
     for (k, c) in claimed {
         if let Some(list) = out.get_mut(k) {
             list.push(c);
         }
     }
-    Ok(out)
+    Ok(Round {
+        claimed: out,
+        head_unsettled,
+    })
 }
 
 /// Claim up to `max_instances` PENDING instances in `scope` whose `available_at` has come, of
@@ -209,7 +245,7 @@ pub async fn claim_scoped(
         lease_seconds,
         max: usize::try_from(max_instances.max(1)).unwrap_or(1),
     };
-    let claimed = claim_dealt(pool, scope, &[taker]).await?;
+    let (claimed, _) = claim_dealt(pool, scope, &[taker], HeadRead::Try).await?;
     Ok(claimed.into_iter().map(|(_, c)| c).collect())
 }
 
@@ -223,18 +259,20 @@ struct Taker<'a> {
 }
 
 /// One pick over the takers' total, the chosen rows dealt to the takers in order, claimed in
-/// one transaction. Returns each claimed instance with its taker's position.
+/// one transaction. Returns each claimed instance with its taker's position, and whether the
+/// head was read in vain.
 async fn claim_dealt(
     pool: &PgPool,
     scope: ClaimScope<'_>,
     takers: &[Taker<'_>],
-) -> Result<Vec<(usize, Claimed)>> {
+    head: HeadRead,
+) -> Result<(Vec<(usize, Claimed)>, bool)> {
     let max: usize = takers.iter().map(|t| t.max).sum::<usize>().max(1);
     let mut tx = pool.begin().await.map_err(map_db_error)?;
-    let chosen = pick(&mut tx, scope, max).await?;
+    let (chosen, head_unsettled) = pick(&mut tx, scope, max, head).await?;
     if chosen.is_empty() {
         tx.commit().await.map_err(map_db_error)?;
-        return Ok(Vec::new());
+        return Ok((Vec::new(), head_unsettled));
     }
     // Deal the chosen rows (in claim order) to the takers in order.
     let mut dealt: Vec<usize> = Vec::with_capacity(chosen.len());
@@ -254,7 +292,8 @@ async fn claim_dealt(
             metrics::histogram!("kairos_schedule_lag_seconds").record(lag.max(0) as f64 / 1e6);
         }
     }
-    rows.into_iter()
+    let claimed = rows
+        .into_iter()
         .map(|(k, r)| {
             Ok((
                 k,
@@ -267,7 +306,8 @@ async fn claim_dealt(
                 },
             ))
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    Ok((claimed, head_unsettled))
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -291,9 +331,16 @@ impl CandidateRow {
     }
 }
 
-/// Step 1: lock candidates and choose fairly among them. Returns the chosen rows in claim order.
-async fn pick(conn: &mut PgConnection, scope: ClaimScope<'_>, max: usize) -> Result<Vec<Chosen>> {
-    if let ClaimScope::Agent { agent_id, .. } = scope {
+/// Step 1: lock candidates and choose fairly among them. Returns the chosen rows in claim order,
+/// and whether the head was read and could not settle the pick.
+async fn pick(
+    conn: &mut PgConnection,
+    scope: ClaimScope<'_>,
+    max: usize,
+    head_read: HeadRead,
+) -> Result<(Vec<Chosen>, bool)> {
+    let mut head_unsettled = false;
+    if let (ClaimScope::Agent { agent_id, .. }, HeadRead::Try) = (scope, head_read) {
         // The head: as many rows as the claim takes (a few more for tiny claims). Every row read
         // is locked until the claim commits, so reading more only hides rows from other
         // claimers; when the head cannot settle the pick, the per-task look below takes over.
@@ -302,8 +349,9 @@ async fn pick(conn: &mut PgConnection, scope: ClaimScope<'_>, max: usize) -> Res
         let cands: Vec<Candidate<Uuid>> = head.iter().map(CandidateRow::candidate).collect();
         let p = fair_pick(&cands, max);
         if p.settled_by_head(max, head.len() >= scan) {
-            return Ok(chosen_of(&head, &p));
+            return Ok((chosen_of(&head, &p), false));
         }
+        head_unsettled = true;
     }
     // Per task: first a fair share of each task's oldest rows; if some task may have had more
     // to give and the claim is not full, once more with the whole claim as the share.
@@ -311,11 +359,11 @@ async fn pick(conn: &mut PgConnection, scope: ClaimScope<'_>, max: usize) -> Res
     let cands: Vec<Candidate<Uuid>> = rows.iter().map(CandidateRow::candidate).collect();
     let p = fair_pick(&cands, max);
     if p.chosen.len() >= max || p.tasks_at_cap.is_empty() {
-        return Ok(chosen_of(&rows, &p));
+        return Ok((chosen_of(&rows, &p), head_unsettled));
     }
     let rows = read_per_task(conn, scope, max, Some(max)).await?;
     let cands: Vec<Candidate<Uuid>> = rows.iter().map(CandidateRow::candidate).collect();
-    Ok(chosen_of(&rows, &fair_pick(&cands, max)))
+    Ok((chosen_of(&rows, &fair_pick(&cands, max)), head_unsettled))
 }
 
 /// A row chosen by the pick, with its task and the task's limit.

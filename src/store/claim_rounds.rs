@@ -11,14 +11,20 @@
 //! round's total, dealt out in arrival order, so each request gets what it would have got
 //! claiming alone at its turn, under its own
 //! worker, lease and actor. Replicas still claim side by side through `SKIP LOCKED`.
+//!
+//! A round that read the head of its agent's work in vain (the head could not settle the fair
+//! pick, see [`HeadRead`]) makes the agent's rounds go straight to the per-task read for
+//! [`HEAD_RETRY`]; then the head is tried again. Both reads pick the same rows: the hint only
+//! saves the wasted read and the rows it locked until the commit.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 use tokio::sync::oneshot;
 
-use super::claim::{ClaimRequest, Claimed, claim_many};
+use super::claim::{ClaimRequest, Claimed, HeadRead, claim_many, claim_round};
 use super::{Error, Result};
 
 /// Most instances one round claims (the sum of its requests' `max_instances`).
@@ -26,6 +32,10 @@ pub const DEFAULT_MAX_ROUND: usize = 1000;
 /// Rounds of one agent that run at once on a replica: while one waits for its commit, the next
 /// reads.
 pub const ROUNDS_IN_FLIGHT: usize = 2;
+/// How long an agent's rounds skip the head after reading it in vain.
+pub const HEAD_RETRY: Duration = Duration::from_secs(1);
+/// Agents whose head hint is kept before expired hints are dropped.
+const HEAD_HINTS_PRUNE_AT: usize = 1024;
 
 type Reply = oneshot::Sender<Result<Vec<Claimed>>>;
 
@@ -48,6 +58,9 @@ pub struct ClaimRounds {
     pool: PgPool,
     max_round: usize,
     agents: Arc<Mutex<HashMap<String, AgentQueue>>>,
+    /// Per agent: until when its rounds skip the head (kept apart from the queues, which
+    /// end whenever nobody waits).
+    skip_head_until: Arc<Mutex<HashMap<String, Instant>>>,
 }
 
 impl ClaimRounds {
@@ -56,6 +69,34 @@ impl ClaimRounds {
             pool,
             max_round: max_round.max(1),
             agents: Arc::default(),
+            skip_head_until: Arc::default(),
+        }
+    }
+
+    fn head_hints(&self) -> MutexGuard<'_, HashMap<String, Instant>> {
+        // Nothing panics while the lock is held; a poisoned map is still consistent.
+        self.skip_head_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `agent`'s next round reads the head first.
+    fn head_read(&self, agent: &str) -> HeadRead {
+        match self.head_hints().get(agent) {
+            Some(until) if Instant::now() < *until => HeadRead::Skip,
+            _ => HeadRead::Try,
+        }
+    }
+
+    /// Record how `agent`'s round went: a head read in vain starts a skip.
+    fn note_head(&self, agent: &str, unsettled: bool) {
+        let mut hints = self.head_hints();
+        if unsettled {
+            if hints.len() >= HEAD_HINTS_PRUNE_AT {
+                let now = Instant::now();
+                hints.retain(|_, until| *until > now);
+            }
+            hints.insert(agent.to_owned(), Instant::now() + HEAD_RETRY);
         }
     }
 
@@ -127,9 +168,20 @@ impl ClaimRounds {
             .iter()
             .map(|w| (w.req.clone(), w.actor.clone()))
             .collect();
-        match claim_many(&self.pool, &reqs).await {
-            Ok(lists) => {
-                for (w, list) in round.into_iter().zip(lists) {
+        let Some(agent) = reqs.first().map(|(r, _)| r.agent_id.clone()) else {
+            return;
+        };
+        let head = self.head_read(&agent);
+        match claim_round(&self.pool, &reqs, head).await {
+            Ok(r) => {
+                self.note_head(&agent, r.head_unsettled);
+                let outcome = match (head, r.head_unsettled) {
+                    (HeadRead::Skip, _) => "skipped",
+                    (HeadRead::Try, true) => "unsettled",
+                    (HeadRead::Try, false) => "settled",
+                };
+                metrics::counter!("kairos_claim_head_total", "outcome" => outcome).increment(1);
+                for (w, list) in round.into_iter().zip(r.claimed) {
                     if let Err(Ok(unsent)) = w.reply.send(Ok(list)) {
                         let lost: Vec<String> = unsent
                             .iter()

@@ -204,3 +204,15 @@ pub async fn backlog(
     .await
     .expect("insert backlog");
 }
+
+/// The value of one sample in Prometheus text, e.g. `kairos_skipped_total{reason="overlap"}`
+/// (0 when absent).
+pub fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().ok()).flatten()
+        })
+        .unwrap_or(0.0)
+}
