@@ -1059,6 +1059,10 @@ async fn push(base: &str, n: i64, in_flight: usize) -> Result<[String; 4]> {
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
+    // The clock starts at the commit (database clock) and stops at the last `finished_at`, so
+    // how often this loop looks does not change the figure; it looks every 250 ms, since each
+    // look counts the whole table and takes CPU from the server being measured.
+    let committed = kairos::store::now(&db.pool).await?;
     let started = Instant::now();
     let mut success = 0;
     while started.elapsed() < Duration::from_secs(120) {
@@ -1070,9 +1074,18 @@ async fn push(base: &str, n: i64, in_flight: usize) -> Result<[String; 4]> {
         if success >= n {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let secs = started.elapsed().as_secs_f64();
+    let secs = if success >= n {
+        sqlx::query_scalar::<_, f64>(
+            "select extract(epoch from max(finished_at) - $1)::float8 from task_instance",
+        )
+        .bind(committed)
+        .fetch_one(&db.pool)
+        .await?
+    } else {
+        started.elapsed().as_secs_f64()
+    };
     let by_status: Vec<(String, i64)> =
         sqlx::query_as("select status, count(*) from task_instance group by 1 order by 1")
             .fetch_all(&db.pool)
