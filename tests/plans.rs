@@ -2,7 +2,10 @@
 //! the one thing here checked by its shape: a wrong one returns the same rows, only slower,
 //! and the slowness grows with the history of the task.
 
-use kairos::store::instances::QUEUED_WORK_SQL;
+mod common;
+
+use common::backlog;
+use kairos::store::instances::queued_work_sql;
 use serde_json::Value;
 use sqlx::PgPool;
 
@@ -30,17 +33,9 @@ async fn the_wake_up_probe_of_a_drained_task_reads_the_pending_index_not_its_his
     .execute(&pool)
     .await
     .expect("tasks");
-    sqlx::query(
-        "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
-             agent_id, max_attempts, available_at) \
-         select gen_random_uuid(), 'p' || (g % 100), 'w' || g, \
-             now() - interval '1 hour' + g * interval '1 ms', 'PENDING', 'manual', 'plans', 1, \
-             now() - interval '1 hour' \
-         from generate_series(1, 30000) g",
-    )
-    .execute(&pool)
-    .await
-    .expect("instances");
+    for k in 0..100 {
+        backlog(&pool, &format!("p{k}"), "plans", 300, 3600, 1).await;
+    }
     sqlx::query("analyze task_instance")
         .execute(&pool)
         .await
@@ -54,7 +49,10 @@ async fn the_wake_up_probe_of_a_drained_task_reads_the_pending_index_not_its_his
     .await
     .expect("drain p5");
 
-    let sql = format!("select t.id from tasks t where t.id = $1 and {QUEUED_WORK_SQL}");
+    let sql = format!(
+        "select t.id from tasks t where t.id = $1 and {}",
+        queued_work_sql()
+    );
     let (plan,): (Value,) =
         sqlx::query_as(sqlx::AssertSqlSafe(format!("explain (format json) {sql}")))
             .bind("p5")

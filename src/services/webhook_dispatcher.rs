@@ -192,7 +192,7 @@ impl WebhookDispatcher {
         let i = &c.instance;
         let base = self.config.public_url.trim_end_matches('/');
         let body = json!({
-            "instance": c.to_json(),
+            "instance": serde_json::to_value(c.view()).unwrap_or(Value::Null),
             "callbacks": {
                 "heartbeat": format!("{base}/v1/instances/{}/heartbeat", i.id),
                 "complete": format!("{base}/v1/instances/{}/complete", i.id),

@@ -79,11 +79,6 @@ impl Claimed {
             context: &self.context,
         }
     }
-
-    /// [`Claimed::view`] as a JSON value (for bodies built around it).
-    pub fn to_json(&self) -> Value {
-        serde_json::to_value(self.view()).unwrap_or(Value::Null)
-    }
 }
 
 #[derive(sqlx::FromRow)]
@@ -436,19 +431,17 @@ async fn read_per_task(
         ClaimScope::Agent { .. } => "t.agent_id = $1 and t.dispatch_mode = 'poll'",
         ClaimScope::Webhook { .. } => "t.dispatch_mode = 'webhook'",
     };
-    // `busy` probes each task for one available row in its pending index's order: an `exists`
-    // (PostgreSQL drops its ORDER BY and LIMIT) was planned over the task's whole history
-    // through the (task, window) index when the statistics expected a backlog.
+    let busy = super::has_pending_sql(
+        "e.id",
+        "q.available_at <= now() and ($1::text is null or q.agent_id = $1)",
+    );
     let sql = format!(
         "with eligible as materialized ( \
              select t.id, least({TASK_LIMIT_SQL}, $2) as lim from tasks t \
              where {tasks_filter} and not t.paused \
          ), busy as ( \
              select e.id, e.lim from eligible e \
-             where (select true from task_instance p where p.task_id = e.id \
-                 and p.status = 'PENDING' and p.available_at <= now() \
-                 and ($1::text is null or p.agent_id = $1) \
-                 order by p.available_at, p.scheduled_at, p.id limit 1) is not null \
+             where {busy} \
          ), room as ( \
              select b.id, b.lim, b.lim - (select count(*) from task_instance r \
                  where r.task_id = b.id and r.status = 'RUNNING') as room \

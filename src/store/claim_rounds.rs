@@ -132,7 +132,7 @@ impl ClaimRounds {
     async fn rounds(self, agent: String) {
         while let Some(round) = self.next_round(&agent) {
             metrics::histogram!("kairos_claim_round_requests").record(round.len() as f64);
-            self.run(round).await;
+            self.run(&agent, round).await;
         }
     }
 
@@ -163,18 +163,15 @@ impl ClaimRounds {
         Some(q.waiting.drain(..n).collect())
     }
 
-    async fn run(&self, round: Vec<Waiting>) {
+    async fn run(&self, agent: &str, round: Vec<Waiting>) {
         let reqs: Vec<(ClaimRequest, String)> = round
             .iter()
             .map(|w| (w.req.clone(), w.actor.clone()))
             .collect();
-        let Some(agent) = reqs.first().map(|(r, _)| r.agent_id.clone()) else {
-            return;
-        };
-        let head = self.head_read(&agent);
+        let head = self.head_read(agent);
         match claim_round(&self.pool, &reqs, head).await {
             Ok(r) => {
-                self.note_head(&agent, r.head_unsettled);
+                self.note_head(agent, r.head_unsettled);
                 let outcome = match (head, r.head_unsettled) {
                     (HeadRead::Skip, _) => "skipped",
                     (HeadRead::Try, true) => "unsettled",

@@ -586,7 +586,7 @@ const TASKS_TO_RESET: &str = "select id from tasks where id in (select task_id f
 
 /// The completions in the caller's transaction: each a compare-and-swap on (id, RUNNING,
 /// lease token). In the same statement: the success (on the row, `finished_by`), the tasks'
-/// failure counts reset, and the wake-ups of [`QUEUED_WORK_SQL`] (its snapshot is from
+/// failure counts reset, and the wake-ups of [`queued_work_sql`] (its snapshot is from
 /// before the update). Only when the batch needs them: the dependents' windows and the
 /// `instance.succeeded` notifications. Returns the instances written.
 pub(super) async fn complete_in(
@@ -617,13 +617,14 @@ pub(super) async fn complete_in(
                         select 1 from tasks d where d.upstream_task_id = t.id)) as has_dependents, \
                     bool_or(jsonb_array_length(coalesce(t.spec->'notify'->'on_success', '[]')) > 0) \
                         as notifies, \
-                    count(pg_notify($5, t.agent_id)) filter (where {QUEUED_WORK_SQL}) \
+                    count(pg_notify($5, t.agent_id)) filter (where {queued}) \
                         as woken \
              from tasks t where t.id in (select distinct task_id from upd) \
          ) \
          select {INSTANCE_COLUMNS}, coalesce(info.has_dependents, false) as has_dependents, \
              coalesce(info.notifies, false) as notifies \
-         from upd cross join info"
+         from upd cross join info",
+        queued = queued_work_sql()
     )))
     .bind(&ids)
     .bind(&tokens)
@@ -672,21 +673,17 @@ pub(super) async fn complete_in(
 /// NOTIFY it saved: it counted the task's RUNNING rows, and during a drain the run-slot index
 /// of a task holds mostly entries of just-finished rows, each read in the heap (single
 /// completes, 16 agents: about half of a completion's statement time).
-///
-/// It is a first-row probe in the order of the task's pending index rather than `exists`:
-/// PostgreSQL drops an `exists` subquery's ORDER BY and LIMIT, and with the statistics of a
-/// fresh backlog (hundreds of PENDING rows per task) it planned the `exists` as a sequential
-/// scan that stops at the first match, which reads the whole table once the task has none.
-pub const QUEUED_WORK_SQL: &str = "(select true from task_instance q \
-     where q.task_id = t.id and q.status = 'PENDING' \
-     order by q.available_at, q.scheduled_at, q.id limit 1) is not null";
+pub fn queued_work_sql() -> String {
+    super::has_pending_sql("t.id", "true")
+}
 
-/// Wake the agents of the tasks among `task_ids` that [`QUEUED_WORK_SQL`] holds for.
+/// Wake the agents of the tasks among `task_ids` that [`queued_work_sql`] holds for.
 /// Call it before the finishing rows leave RUNNING (the NOTIFY is sent at commit).
 async fn notify_queued(conn: &mut PgConnection, task_ids: &[&str]) -> Result<()> {
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "select pg_notify($1, t.agent_id) from tasks t \
-         where t.id = any($2) and {QUEUED_WORK_SQL}"
+         where t.id = any($2) and {}",
+        queued_work_sql()
     )))
     .bind(super::WORK_CHANNEL)
     .bind(task_ids)
