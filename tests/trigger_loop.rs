@@ -236,6 +236,74 @@ async fn a_paused_task_gets_no_windows(pool: PgPool) {
 }
 
 #[sqlx::test]
+async fn a_stored_trigger_or_execution_that_no_longer_parses_pauses_only_its_task(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    for id in ["good", "bad_trigger", "bad_execution", "no_execution"] {
+        app.put(
+            &format!("/v1/tasks/{id}"),
+            json!({"agent_id": "a", "trigger": {"type": "interval", "every_seconds": 60}}),
+        )
+        .await;
+    }
+    // Hand edits, or a definition written by another version.
+    for (id, edit) in [
+        (
+            "bad_trigger",
+            "jsonb_set(spec, '{trigger,type}', '\"hourly\"')",
+        ),
+        (
+            "bad_execution",
+            "jsonb_set(spec, '{execution,overlap}', '\"sometimes\"')",
+        ),
+        ("no_execution", "spec - 'execution'"),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "update tasks set spec = {edit} where id = $1"
+        )))
+        .bind(id)
+        .execute(&pool)
+        .await
+        .expect("spoil the spec");
+    }
+    sqlx::query("update task_cursor set next_fire_at = now() - interval '1 second'")
+        .execute(&pool)
+        .await
+        .expect("rewind");
+    let lp = TriggerLoop::new(
+        pool.clone(),
+        TriggerLoopConfig::new("n"),
+        Heartbeats::default(),
+    );
+    let report = lp.run_once().await.expect("pass");
+    assert_eq!((report.num_tasks, report.num_created), (1, 1));
+    assert_eq!(windows(&pool, "good").await.len(), 1);
+    let paused: Vec<(String, bool, Option<String>)> =
+        sqlx::query_as("select id, paused, paused_reason from tasks order by id")
+            .fetch_all(&pool)
+            .await
+            .expect("tasks");
+    for (id, is_paused, reason) in paused {
+        let reason = reason.unwrap_or_default();
+        if id == "good" {
+            assert!(!is_paused, "{id}: {reason}");
+            continue;
+        }
+        assert!(is_paused, "{id}");
+        assert!(windows(&pool, &id).await.is_empty(), "{id}");
+        assert!(
+            reason.starts_with("stored definition unreadable: "),
+            "{id}: {reason}"
+        );
+        let part = if id == "bad_trigger" {
+            "trigger"
+        } else {
+            "execution"
+        };
+        assert!(reason.contains(part), "{id}: {reason}");
+    }
+}
+
+#[sqlx::test]
 async fn a_new_task_wakes_a_sleeping_loop(pool: PgPool) {
     // The loop may sleep 60 s when nothing is due; only NOTIFY can wake it in time.
     let mut cfg = TriggerLoopConfig::new("sleeper");

@@ -71,8 +71,35 @@ impl Schedule {
 }
 
 /// The window key of a scheduled instant: RFC 3339 UTC with seconds, e.g. `2026-11-29T00:30:00Z`.
+///
+/// Written digit by digit: the trigger loop keys every window it writes, and `format` parses its
+/// pattern on each call (measured at about a tenth of the loop's own CPU with 100,000 windows
+/// due at once). Instants `format` would write differently (years outside 0–9999, a leap
+/// second) still go through it.
 pub fn window_key(at: DateTime<Utc>) -> String {
-    at.format("%Y-%m-%dT%H:%M:%SZ").to_string()
+    use chrono::{Datelike, Timelike};
+    let year = at.year();
+    if !(0..=9999).contains(&year) || at.nanosecond() >= 1_000_000_000 {
+        return at.format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    }
+    let fields = [
+        (year.unsigned_abs(), 4, b'-'),
+        (at.month(), 2, b'-'),
+        (at.day(), 2, b'T'),
+        (at.hour(), 2, b':'),
+        (at.minute(), 2, b':'),
+        (at.second(), 2, b'Z'),
+    ];
+    let mut out = String::with_capacity(20);
+    for (value, width, after) in fields {
+        let mut div = 10u32.pow(width - 1);
+        while div > 0 {
+            out.push(char::from(b'0' + ((value / div) % 10) as u8));
+            div /= 10;
+        }
+        out.push(char::from(after));
+    }
+    out
 }
 
 /// An API timestamp: RFC 3339 UTC with a `Z` suffix, sub-second digits only when present.
@@ -88,6 +115,30 @@ mod tests {
         DateTime::parse_from_rfc3339(s)
             .expect("test timestamp")
             .with_timezone(&Utc)
+    }
+
+    #[test]
+    fn window_keys_are_what_the_rfc_3339_pattern_writes() {
+        let pattern = |at: DateTime<Utc>| at.format("%Y-%m-%dT%H:%M:%SZ").to_string();
+        assert_eq!(
+            window_key(t("2026-11-29T00:30:00Z")),
+            "2026-11-29T00:30:00Z"
+        );
+        // A spread of instants over the years 0–9999, and a few outside that range.
+        let mut secs: i64 = -62_167_219_200; // 0000-01-01T00:00:00Z
+        while secs < 253_402_300_800 {
+            let at = DateTime::from_timestamp(secs, 0).expect("in range");
+            assert_eq!(window_key(at), pattern(at), "at {secs}");
+            secs += 7_777_777 + secs.rem_euclid(86_399);
+        }
+        for at in [
+            DateTime::from_timestamp(-62_167_219_201, 0),
+            DateTime::from_timestamp(253_402_300_800, 0),
+            DateTime::from_timestamp(1_798_761_599, 1_500_000_000),
+        ] {
+            let at = at.expect("in range");
+            assert_eq!(window_key(at), pattern(at));
+        }
     }
 
     #[test]

@@ -144,11 +144,11 @@ impl TriggerLoop {
             .fetch_one(&mut *tx)
             .await
             .map_err(map_db_error)?;
-        let ids: Vec<&str> = due.iter().map(|t| t.spec.id.as_str()).collect();
+        let ids: Vec<&str> = due.iter().map(|t| t.id.as_str()).collect();
         let unfinished = unfinished_windows(&mut tx, &ids).await?;
         let from: Vec<(&str, String)> = due
             .iter()
-            .map(|t| (t.spec.id.as_str(), window_key(t.next_fire_at)))
+            .map(|t| (t.id.as_str(), window_key(t.next_fire_at)))
             .collect();
         let existing = existing_windows(&mut tx, &from).await?;
         let (due, plans) = plan_batch(due, unfinished, existing, now).await?;
@@ -157,7 +157,7 @@ impl TriggerLoop {
         let mut moves = Vec::with_capacity(due.len());
         let mut not_recorded: Vec<(String, u64)> = Vec::new();
         for (task, plan) in due.iter().zip(plans) {
-            let id = task.spec.id.as_str();
+            let id = task.id.as_str();
             let plan = match plan {
                 Ok(p) => p,
                 Err(e) => {
@@ -211,8 +211,8 @@ impl TriggerLoop {
                     scheduled_at: w.scheduled_at,
                     status,
                     source: w.source,
-                    agent_id: task.spec.agent_id.clone(),
-                    max_attempts: task.spec.execution.max_attempts(),
+                    agent_id: task.agent_id.clone(),
+                    max_attempts: task.execution.max_attempts(),
                     available_at: w.scheduled_at,
                     skip_reason: skip_reason.as_ref().map(SkipReason::as_text),
                     context_override: None,
@@ -400,11 +400,11 @@ async fn plan_batch(
         let plans = due
             .iter()
             .map(|task| {
-                let id = task.spec.id.as_str();
-                let schedule = task.spec.trigger.schedule()?;
+                let id = task.id.as_str();
+                let schedule = task.trigger.schedule()?;
                 Ok(plan_due_windows(
                     &schedule,
-                    &task.spec.execution,
+                    &task.execution,
                     task.next_fire_at,
                     now,
                     unfinished.get(id).map(Vec::as_slice).unwrap_or_default(),
