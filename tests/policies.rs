@@ -384,7 +384,7 @@ async fn a_dependency_fires_once_per_upstream_window(pool: PgPool) {
     assert_eq!(down["upstream_instance_id"], up["id"]);
     assert_eq!(
         down["upstream_result_digest"],
-        kairos::store::instances::result_digest(Some(&json!({"rows": 42})))
+        kairos::domain::instance::result_digest(Some(&json!({"rows": 42})))
     );
 
     // Re-run the upstream window: it succeeds again, B is not triggered twice.

@@ -241,6 +241,18 @@ pub fn idempotency_key(task_id: &str, window_key: &str) -> String {
     format!("{task_id}:{window_key}")
 }
 
+/// `sha256:<hex>` of a result's JSON text (`null` when there is none): what a downstream
+/// instance records of its upstream's output, so a chained task can check what it built on.
+pub fn result_digest(result: Option<&Value>) -> String {
+    use sha2::{Digest, Sha256};
+    let text = result
+        .map(Value::to_string)
+        .unwrap_or_else(|| "null".to_owned());
+    let hash = Sha256::digest(text.as_bytes());
+    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,5 +330,18 @@ mod tests {
         }
         assert_eq!("running".parse::<InstanceStatus>(), Ok(Running));
         assert!("LOST".parse::<InstanceStatus>().is_err());
+    }
+
+    #[test]
+    fn result_digests_hash_the_compact_json_text() {
+        assert_eq!(
+            result_digest(None),
+            "sha256:74234e98afe7498fb5daf1f36ac2d78acc339464f950703b8c019892f982b90b"
+        );
+        assert_eq!(result_digest(Some(&Value::Null)), result_digest(None));
+        assert_eq!(
+            result_digest(Some(&serde_json::json!({"rows": 42}))),
+            "sha256:90f11e42fd7a76398d45de75d868c8fbeb8301cb3df9257be64418ecbe5f354d"
+        );
     }
 }

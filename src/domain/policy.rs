@@ -8,7 +8,7 @@ use chrono::{DateTime, Duration, Utc};
 
 use super::instance::Source;
 use super::schedule::{Schedule, window_key};
-use super::task::{Catchup, Execution, Overlap};
+use super::task::{Catchup, Execution, FieldError, Overlap};
 
 /// At most this many rows are written for one catch-up (CONTRACT §4); the rest are counted.
 pub const MAX_CATCHUP_ROWS: usize = 1000;
@@ -248,6 +248,32 @@ pub fn apply_overlap(
         });
     }
     (out, cancel)
+}
+
+/// The windows of `schedule` in `[from, to)` for a backfill, oldest first. A range holding
+/// more than `max_windows` is refused (on `to`): it is to be backfilled in parts.
+pub fn backfill_windows(
+    schedule: &Schedule,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    max_windows: usize,
+) -> Result<Vec<DateTime<Utc>>, FieldError> {
+    let mut windows = Vec::new();
+    let mut cursor = schedule.next_at_or_after(from);
+    while let Some(w) = cursor {
+        if w >= to {
+            break;
+        }
+        if windows.len() >= max_windows {
+            return Err(FieldError::new(
+                "to",
+                format!("the range holds more than {max_windows} windows; backfill it in parts"),
+            ));
+        }
+        windows.push(w);
+        cursor = schedule.next_after(w);
+    }
+    Ok(windows)
 }
 
 #[cfg(test)]
@@ -556,5 +582,53 @@ mod tests {
         );
         assert_eq!(plan.windows.len(), 1);
         assert_eq!(plan.next_fire_at, None);
+    }
+
+    #[test]
+    fn backfill_windows_cover_the_half_open_range() {
+        let every_minute = Schedule::Interval {
+            every_seconds: 60,
+            start_at: DateTime::<Utc>::UNIX_EPOCH,
+        };
+        let from = t("2026-01-01T00:00:00Z");
+        let to = t("2026-01-01T00:03:00Z");
+        assert_eq!(
+            backfill_windows(&every_minute, from, to, 3),
+            Ok(vec![
+                t("2026-01-01T00:00:00Z"),
+                t("2026-01-01T00:01:00Z"),
+                t("2026-01-01T00:02:00Z"),
+            ])
+        );
+        assert_eq!(
+            backfill_windows(&every_minute, t("2026-01-01T00:00:30Z"), to, 3),
+            Ok(vec![t("2026-01-01T00:01:00Z"), t("2026-01-01T00:02:00Z")])
+        );
+        assert_eq!(backfill_windows(&every_minute, to, to, 0), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn backfill_windows_past_the_limit_are_refused_on_to() {
+        let err = backfill_windows(
+            &every_second(),
+            t("2026-01-01T00:00:00Z"),
+            t("2026-01-01T00:00:10Z"),
+            9,
+        )
+        .expect_err("ten windows, nine allowed");
+        assert_eq!(err.field, "to");
+        assert_eq!(
+            err.message,
+            "the range holds more than 9 windows; backfill it in parts"
+        );
+        assert!(
+            backfill_windows(
+                &Schedule::None,
+                t("2026-01-01T00:00:00Z"),
+                t("2027-01-01T00:00:00Z"),
+                0
+            )
+            .is_ok()
+        );
     }
 }

@@ -1,6 +1,8 @@
 //! Text PostgreSQL can store. It refuses U+0000 in `text` columns and `\u0000` in `jsonb`, so
 //! such input is refused where it enters, with the place it was found; receivers' answers, which
 //! cannot be refused, have it removed before they are kept.
+//!
+//! Error texts kept for an attempt are bounded ([`bound_error`]).
 
 use serde_json::Value;
 
@@ -44,6 +46,21 @@ pub fn nul_in_json(v: &Value, prefix: &str) -> Option<String> {
     }
 }
 
+/// Longest `error` text kept for an attempt (longer text is cut, marked with an ellipsis).
+pub const MAX_ERROR_LEN: usize = 4096;
+
+/// Cut an error message to [`MAX_ERROR_LEN`] bytes on a character boundary.
+pub fn bound_error(error: &str) -> String {
+    if error.len() <= MAX_ERROR_LEN {
+        return error.to_owned();
+    }
+    let mut end = MAX_ERROR_LEN - 3;
+    while !error.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &error[..end])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,5 +97,25 @@ mod tests {
     fn nul_is_removed_from_kept_text() {
         assert_eq!(without_nul("a\u{0}b\u{0}"), "ab");
         assert!(has_nul("\u{0}") && !has_nul("0"));
+    }
+
+    #[test]
+    fn short_errors_are_kept_whole() {
+        assert_eq!(bound_error("boom"), "boom");
+        let exact = "y".repeat(MAX_ERROR_LEN);
+        assert_eq!(bound_error(&exact), exact);
+    }
+
+    #[test]
+    fn long_errors_are_cut_on_a_character_boundary_with_an_ellipsis() {
+        let long = "z".repeat(MAX_ERROR_LEN + 1);
+        let cut = bound_error(&long);
+        assert_eq!(cut.len(), MAX_ERROR_LEN);
+        assert!(cut.ends_with("..."));
+        // A two-byte character straddling the cut point is dropped whole.
+        let wide = format!("{}é{}", "a".repeat(MAX_ERROR_LEN - 4), "b".repeat(10));
+        let cut = bound_error(&wide);
+        assert_eq!(cut, format!("{}...", "a".repeat(MAX_ERROR_LEN - 4)));
+        assert!(cut.len() < MAX_ERROR_LEN);
     }
 }

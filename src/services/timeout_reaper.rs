@@ -9,6 +9,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::{Heartbeats, run_periodic};
+use crate::domain::retry::{Failure, plan_failure};
 use crate::store::{self, instances, map_db_error};
 
 pub const LOOP_NAME: &str = "timeout_reaper";
@@ -70,14 +71,21 @@ impl TimeoutReaper {
             tx.commit().await.map_err(map_db_error)?;
             return Ok(ReapReport::default());
         }
-        let failures: Vec<instances::Failure> = expired
+        let failures: Vec<Failure> = expired
             .iter()
             .map(|a| {
                 let (kind, error) = match a.expiry.as_deref() {
                     Some("timeout") => ("timeout", "run exceeded the task's timeout_seconds"),
                     _ => ("lease_expired", "lease expired without a heartbeat"),
                 };
-                instances::plan_failure(a, true, error, kind, rand::random::<f64>())
+                plan_failure(
+                    &a.failing(),
+                    true,
+                    error,
+                    kind,
+                    rand::random::<f64>(),
+                    || a.retry_policy(),
+                )
             })
             .collect();
         let written = instances::record_failures(&mut tx, &failures, &actor).await?;

@@ -22,13 +22,13 @@ use crate::domain::policy::{Plan, SkipReason, plan_due_windows};
 use crate::domain::schedule::window_key;
 use crate::domain::task::FieldError;
 use crate::store::instances::{
-    NewInstance, cancel_windows, existing_windows, insert_windows, notify_work, unfinished_windows,
+    NewInstance, cancel_windows, existing_windows, insert_windows, unfinished_windows,
 };
 use crate::store::tasks::{
     CursorMove, DueTask, WAKE_HORIZON, advance_tasks, earliest_fire_at, lock_due_tasks,
     quarantine_task,
 };
-use crate::store::{self, TASKS_CHANNEL, map_db_error, outbox};
+use crate::store::{self, TASKS_CHANNEL, map_db_error, notify_work, outbox};
 
 pub const LOOP_NAME: &str = "trigger";
 /// When a due task is held by another replica, wait this long before looking again.

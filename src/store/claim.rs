@@ -132,7 +132,10 @@ impl ClaimScope<'_> {
     }
 }
 
-use super::{PENDING_BY_ID, TASK_LIMIT_SQL, TASK_TIMEOUT_SQL};
+use super::{PENDING_BY_ID, SourceIs, TASK_LIMIT_SQL, TASK_TIMEOUT_SQL};
+
+/// `i.status = 'PENDING'`: the candidates a claim locks are the sources of a claim.
+const CLAIMABLE: SourceIs = SourceIs::new("i.status", crate::domain::instance::Event::Claim);
 
 /// How long a push's lease outlives its wait for the answer: time to record the answer. A
 /// replica that dies mid-push leaves the instance to the reaper this soon after the wait.
@@ -393,7 +396,7 @@ async fn read_head(
     let sql = format!(
         "with head as ( \
              select i.id, i.task_id, i.available_at, i.scheduled_at from task_instance i \
-             where i.status = 'PENDING' and i.agent_id = $1 and i.available_at <= now() \
+             where {CLAIMABLE} and i.agent_id = $1 and i.available_at <= now() \
              order by i.available_at, i.scheduled_at, i.id \
              limit $2 \
              for update skip locked \
@@ -454,7 +457,7 @@ async fn read_per_task(
          select c.id, c.task_id, room.room, room.lim from room cross join fair \
          cross join lateral ( \
              select i.id, i.task_id, i.available_at, i.scheduled_at from task_instance i \
-             where i.task_id = room.id and i.status = 'PENDING' and i.available_at <= now() \
+             where i.task_id = room.id and {CLAIMABLE} and i.available_at <= now() \
                and ($1::text is null or i.agent_id = $1) \
              order by i.available_at, i.scheduled_at, i.id \
              limit least(room.room, fair.share, $3) \
@@ -779,6 +782,11 @@ mod tests {
     use std::collections::HashMap;
 
     use super::{Grant, TaskRoom, grant};
+
+    #[test]
+    fn claim_candidates_are_the_sources_of_a_claim() {
+        assert_eq!(super::CLAIMABLE.to_string(), "i.status = 'PENDING'");
+    }
 
     fn g<'a>(id: u32, task: &'a str, slot: i32, taker: usize) -> Grant<'a, u32> {
         Grant {

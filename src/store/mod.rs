@@ -1,8 +1,10 @@
 //! The only place with SQL. One file per table, plus `claim` (the claim path over
-//! `task_instance` and `tasks`) and `group_commit` (single calls sharing transactions);
+//! `task_instance` and `tasks`), `circuit` (circuit breakers, opened where failures are
+//! recorded) and `group_commit` (single calls sharing transactions);
 //! functions are `verb_object(conn, params)` and return domain types. Functions that must compose into one transaction take a
 //! `&mut PgConnection`; the rest take the pool.
 
+pub mod circuit;
 pub mod claim;
 pub mod claim_rounds;
 pub mod console;
@@ -12,8 +14,10 @@ pub mod instances;
 pub mod outbox;
 pub mod tasks;
 
-use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
+use sqlx::{PgConnection, PgPool};
+
+use crate::domain::instance::{Event, InstanceStatus, legal_sources};
 
 /// Embedded migrations. sqlx takes a PostgreSQL advisory lock while applying them, so several
 /// replicas starting at once apply each migration exactly once.
@@ -25,6 +29,17 @@ pub const TASKS_CHANNEL: &str = "kairos_tasks";
 /// The channel on which "work may be claimable for agent X" is announced (payload: agent id),
 /// waking long-polling claims.
 pub const WORK_CHANNEL: &str = "kairos_work";
+
+/// Announce that `agent_id` may have claimable work, inside the caller's transaction.
+pub async fn notify_work(conn: &mut PgConnection, agent_id: &str) -> Result<()> {
+    sqlx::query("select pg_notify($1, $2)")
+        .bind(WORK_CHANNEL)
+        .bind(agent_id)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_db_error)?;
+    Ok(())
+}
 
 /// ` and agent_id = $a` and ` and agent_id = any($b)`: a list's agent filter and a token's agent
 /// scope, shared by the task and instance lists.
@@ -61,16 +76,53 @@ impl std::fmt::Display for SpecInt {
     }
 }
 
+/// SQL that is true when `column` holds one of `statuses`: `column = 'X'` for one status,
+/// `column in ('X', 'Y')` for several, `false` for none.
+pub fn status_in_sql(column: &str, statuses: &[InstanceStatus]) -> String {
+    match statuses {
+        [] => "false".to_owned(),
+        [one] => format!("{column} = '{}'", one.as_str()),
+        many => {
+            let names: Vec<String> = many.iter().map(|s| format!("'{}'", s.as_str())).collect();
+            format!("{column} in ({})", names.join(", "))
+        }
+    }
+}
+
+/// The source states a compare-and-swap on `column` expects for `event`, rendered from the one
+/// transition table ([`legal_sources`]) by [`status_in_sql`]: statements name the event, not
+/// the states.
+#[derive(Debug, Clone, Copy)]
+pub struct SourceIs {
+    column: &'static str,
+    event: Event,
+}
+
+impl SourceIs {
+    pub const fn new(column: &'static str, event: Event) -> Self {
+        Self { column, event }
+    }
+}
+
+impl std::fmt::Display for SourceIs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&status_in_sql(self.column, &legal_sources(self.event)))
+    }
+}
+
 /// `i.status = 'RUNNING'` for statements that look rows up by id (completions, failures,
 /// heartbeats), written so that no partial index's predicate (`where status = …`) matches it.
 /// In a burst the statistics still describe the table as it was before (next to no RUNNING
 /// rows), and with the plain comparison the planner walks every RUNNING row of a partial index
 /// and joins it to the ids in a nested loop: 374 ms for a group commit of 256 completions with
-/// 1,000 RUNNING, against one primary-key lookup per id.
-pub const RUNNING_BY_ID: &str = "(i.status || '') = 'RUNNING'";
+/// 1,000 RUNNING, against one primary-key lookup per id. Rendered from the sources of a
+/// completion, which are those of a failure too (a test holds them equal); a heartbeat extends
+/// the lease of the same rows.
+pub const RUNNING_BY_ID: SourceIs = SourceIs::new("(i.status || '')", Event::Complete);
 
-/// [`RUNNING_BY_ID`] for PENDING rows looked up by id (the claim's permit step).
-pub const PENDING_BY_ID: &str = "(i.status || '') = 'PENDING'";
+/// [`RUNNING_BY_ID`] for PENDING rows looked up by id (the claim's permit step): the sources of
+/// a claim.
+pub const PENDING_BY_ID: SourceIs = SourceIs::new("(i.status || '')", Event::Claim);
 
 /// SQL that is true when task `task` (an SQL expression) has a PENDING row meeting `also` (more
 /// conditions on alias `q`, or `true`): a first-row probe in the order of the task's pending
@@ -215,4 +267,30 @@ pub async fn now(pool: &PgPool) -> Result<chrono::DateTime<chrono::Utc>> {
         .fetch_one(pool)
         .await
         .map_err(map_db_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compare_and_swap_sources_render_as_the_statements_spelled_them() {
+        assert_eq!(RUNNING_BY_ID.to_string(), "(i.status || '') = 'RUNNING'");
+        assert_eq!(PENDING_BY_ID.to_string(), "(i.status || '') = 'PENDING'");
+        for give_up in [false, true] {
+            assert_eq!(
+                SourceIs::new("(i.status || '')", Event::Fail { give_up }).to_string(),
+                RUNNING_BY_ID.to_string()
+            );
+        }
+        assert_eq!(
+            SourceIs::new("i.status", Event::RetryDue).to_string(),
+            "i.status = 'FAILED'"
+        );
+        assert_eq!(
+            SourceIs::new("i.status", Event::Cancel).to_string(),
+            "i.status in ('PENDING', 'RUNNING', 'FAILED')"
+        );
+        assert_eq!(status_in_sql("status", &[]), "false");
+    }
 }

@@ -538,57 +538,6 @@ pub async fn earliest_fire_at(pool: &PgPool) -> Result<(Option<DateTime<Utc>>, D
     .map_err(map_db_error)
 }
 
-/// Open the circuit of every task in `task_ids` whose consecutive failed attempts reached its
-/// `circuit_breaker.failure_threshold`: pause it with the reason, and schedule the automatic
-/// resume when `cooldown_seconds` is set. Returns the ids of tasks whose circuit opened.
-pub async fn open_circuits(conn: &mut PgConnection, task_ids: &[&str]) -> Result<Vec<String>> {
-    if task_ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let opened: Vec<(String, i32, Option<DateTime<Utc>>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "update tasks t set paused = true, \
-             paused_reason = 'circuit open: ' || consecutive_failures || ' consecutive failed attempts', \
-             paused_at = now(), \
-             resume_at = case when spec->'circuit_breaker'->>'cooldown_seconds' is not null \
-                 then now() + make_interval(secs => (spec->'circuit_breaker'->>'cooldown_seconds')::float8) end, \
-             version = version + 1, updated_at = now() \
-         where id = any($1) and not paused \
-           and consecutive_failures >= {TASK_FAILURE_THRESHOLD_SQL} \
-         returning id, consecutive_failures, resume_at",
-        TASK_FAILURE_THRESHOLD_SQL = super::TASK_FAILURE_THRESHOLD_SQL,
-    )))
-    .bind(task_ids)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
-    let events: Vec<super::outbox::Event> = opened
-        .iter()
-        .map(|(id, failures, resume_at)| super::outbox::Event {
-            kind: "circuit.opened",
-            task_id: id.clone(),
-            instance_id: None,
-            list: super::outbox::NotifyList::OnFailure,
-            data: serde_json::json!({
-                "consecutive_failures": failures,
-                "resume_at": resume_at.map(crate::domain::schedule::format_instant),
-                "reason": format!("circuit open: {failures} consecutive failed attempts"),
-            }),
-        })
-        .collect();
-    super::outbox::enqueue(conn, &events).await?;
-    for (id, failures, resume_at) in &opened {
-        metrics::counter!("kairos_circuit_opened_total").increment(1);
-        tracing::warn!(
-            task_id = %id,
-            consecutive_failures = failures,
-            resume_at = ?resume_at,
-            reason = "circuit open",
-            "task paused by its circuit breaker; its pending work is held"
-        );
-    }
-    Ok(opened.into_iter().map(|o| o.0).collect())
-}
-
 /// Resume up to `limit` tasks whose circuit cooldown has ended. The circuit is then half-open:
 /// `consecutive_failures` is kept, so the next failed attempt opens it again and a success
 /// closes it. Returns `(task id, agent id)` of each resumed task.
@@ -627,7 +576,7 @@ pub async fn resume_cooled_down(
         .map_err(map_db_error)?;
         set_next_fire_at(conn, &row.id, next).await?;
         notify_task_changed(conn, &row.id, next).await?;
-        super::instances::notify_work(conn, &row.agent_id).await?;
+        super::notify_work(conn, &row.agent_id).await?;
         tracing::info!(task_id = %row.id, next_fire_at = ?next, reason = "circuit cooldown ended", "task resumed (half-open)");
         resumed.push((row.id, row.agent_id));
     }

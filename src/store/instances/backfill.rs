@@ -1,0 +1,285 @@
+//! Backfills: the schedule's windows in a range materialised idempotently under the overlap
+//! policy (`source = backfill`), and operator retries of existing windows that did not
+//! succeed. Which windows the range holds is `crate::domain::policy::backfill_windows`.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
+
+use super::operator::OPERATOR_RETRY_SQL;
+use super::{
+    INSTANCE_COLUMNS, InstanceRow, NewInstance, cancel_windows, insert_windows, status_names,
+    unfinished_windows,
+};
+use crate::domain::instance::{Event, Instance, InstanceStatus, Source, legal_sources};
+use crate::store::{Error, Result, map_db_error, notify_work};
+
+/// What a backfill did (or, in a dry run, would do) to each window.
+#[derive(Debug, Clone, Default)]
+pub struct BackfillReport {
+    /// `(window_key, outcome)`: `exists`, `created`, `skipped: <reason>` (or `would_…`).
+    pub windows: Vec<(String, String)>,
+    pub created: usize,
+    pub existing: usize,
+    /// Of the created windows, those recorded SKIPPED by the overlap policy.
+    pub skipped: usize,
+    pub cancelled: usize,
+    /// Of the existing windows, those given an operator retry ([`Reprocess::Failed`]).
+    pub reprocessed: usize,
+}
+
+/// Operator retries of a task's windows `keys` that are in one of `from` (status names), in
+/// the caller's transaction, rows locked in id order. Returns the instances written.
+async fn retry_windows(
+    conn: &mut PgConnection,
+    task_id: &str,
+    keys: &[String],
+    from: &[&str],
+    actor: &str,
+    reason: &str,
+) -> Result<Vec<Instance>> {
+    let rows: Vec<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "with old as ( \
+             select id, status from task_instance \
+             where task_id = $1 and window_key = any($5) and status = any($2) \
+             order by id for update \
+         ), {OPERATOR_RETRY_SQL} \
+         select {INSTANCE_COLUMNS} from upd"
+    )))
+    .bind(task_id)
+    .bind(from)
+    .bind(actor)
+    .bind(reason)
+    .bind(keys)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    rows.into_iter().map(Instance::try_from).collect()
+}
+
+/// What existing windows of a backfill's range get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reprocess {
+    /// Existing windows are left alone, whatever their status.
+    #[default]
+    None,
+    /// DEAD, FAILED and CANCELLED windows get an operator retry (one more attempt); SUCCESS
+    /// never runs again, PENDING and RUNNING are left alone, SKIPPED stays a record.
+    Failed,
+}
+
+/// The statuses [`Reprocess::Failed`] retries: the operator-retry sources that mean "it did
+/// not succeed", without SKIPPED (a window that never ran by policy is not a failure).
+fn reprocess_failed_sources() -> Vec<InstanceStatus> {
+    legal_sources(Event::OperatorRetry)
+        .into_iter()
+        .filter(|s| *s != InstanceStatus::Skipped)
+        .collect()
+}
+
+/// A backfill of `[from, to)`.
+#[derive(Debug, Clone)]
+pub struct Backfill {
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub dry_run: bool,
+    /// Refused (`422` on `to`) past this many windows.
+    pub max_windows: usize,
+    /// The overlap policy of this backfill only; the task's when `None`.
+    pub overlap: Option<crate::domain::task::Overlap>,
+    pub reprocess: Reprocess,
+}
+
+/// Materialise the schedule's windows in `[from, to)` (`source = backfill`), idempotently and
+/// under the task's (or the request's) overlap policy; with [`Reprocess::Failed`], existing
+/// windows that did not succeed get an operator retry. The task row is locked for the
+/// duration, so concurrent backfills and the trigger loop take turns and every window is
+/// inserted once.
+pub async fn backfill(
+    pool: &PgPool,
+    task_id: &str,
+    req: &Backfill,
+    actor: &str,
+) -> Result<BackfillReport> {
+    use crate::domain::policy::{SkipReason, apply_overlap, backfill_windows};
+    use crate::domain::schedule::{Schedule, window_key};
+    use crate::domain::task::{FieldError, TaskSpec};
+    let (from, to, dry_run, max_windows) = (req.from, req.to, req.dry_run, req.max_windows);
+
+    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let spec: Option<Json<Value>> =
+        sqlx::query_scalar("select spec from tasks where id = $1 for update")
+            .bind(task_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_db_error)?;
+    let spec: TaskSpec = serde_json::from_value(spec.ok_or(Error::NotFound)?.0)
+        .map_err(|e| Error::Corrupt(format!("tasks.spec: {e}")))?;
+    let schedule = spec
+        .trigger
+        .schedule()
+        .map_err(|e| Error::Corrupt(e.to_string()))?;
+    if matches!(schedule, Schedule::None) {
+        return Err(Error::Invalid(FieldError::new(
+            "",
+            format!(
+                "a {} task has no schedule to backfill; use POST /v1/tasks/{task_id}/trigger",
+                spec.trigger.type_name()
+            ),
+        )));
+    }
+    let windows = backfill_windows(&schedule, from, to, max_windows).map_err(Error::Invalid)?;
+    let keys: Vec<String> = windows.iter().map(|w| window_key(*w)).collect();
+    let existing: Vec<(String, String)> = sqlx::query_as(
+        "select window_key, status from task_instance where task_id = $1 and window_key = any($2)",
+    )
+    .bind(task_id)
+    .bind(&keys)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(map_db_error)?;
+    let reprocess_from = match req.reprocess {
+        Reprocess::None => Vec::new(),
+        Reprocess::Failed => status_names(&reprocess_failed_sources()),
+    };
+    let to_reprocess: Vec<String> = existing
+        .iter()
+        .filter(|(_, status)| reprocess_from.contains(&status.as_str()))
+        .map(|(k, _)| k.clone())
+        .collect();
+    let existing: std::collections::HashSet<String> =
+        existing.into_iter().map(|(k, _)| k).collect();
+    let unfinished = unfinished_windows(&mut tx, &[task_id])
+        .await?
+        .remove(task_id)
+        .unwrap_or_default();
+    let candidates: Vec<(DateTime<Utc>, Source, bool)> = windows
+        .iter()
+        .filter(|w| !existing.contains(&window_key(**w)))
+        .map(|w| (*w, Source::Backfill, true))
+        .collect();
+    let mut execution = spec.execution.clone();
+    if let Some(overlap) = req.overlap {
+        execution.overlap = overlap;
+    }
+    let (planned, cancel) = apply_overlap(&execution, candidates, &unfinished);
+
+    let mut report = BackfillReport {
+        existing: existing.len(),
+        ..BackfillReport::default()
+    };
+    let prefix = if dry_run { "would_" } else { "" };
+    let mut outcome: HashMap<String, String> = existing
+        .iter()
+        .map(|k| (k.clone(), "exists".to_owned()))
+        .collect();
+    for p in &planned {
+        let text = match &p.skip {
+            None => format!("{prefix}create"),
+            Some(r) => format!("{prefix}skip: {}", r.as_text()),
+        };
+        outcome.insert(window_key(p.scheduled_at), text);
+    }
+    for k in &to_reprocess {
+        outcome.insert(k.clone(), format!("{prefix}reprocess"));
+    }
+    if !dry_run {
+        if !cancel.is_empty() {
+            let newest = planned
+                .iter()
+                .rev()
+                .find(|p| p.skip.is_none())
+                .map(|p| window_key(p.scheduled_at))
+                .unwrap_or_default();
+            let reason = format!("overlap replace: superseded by window {newest}");
+            report.cancelled = cancel_windows(&mut tx, task_id, &cancel, actor, &reason)
+                .await?
+                .len();
+        }
+        let rows: Vec<NewInstance> = planned
+            .iter()
+            .map(|p| NewInstance {
+                task_id: task_id.to_owned(),
+                window_key: window_key(p.scheduled_at),
+                scheduled_at: p.scheduled_at,
+                status: if p.skip.is_some() {
+                    InstanceStatus::Skipped
+                } else {
+                    InstanceStatus::Pending
+                },
+                source: Source::Backfill,
+                agent_id: spec.agent_id.clone(),
+                max_attempts: spec.execution.max_attempts(),
+                available_at: p.scheduled_at,
+                skip_reason: p.skip.as_ref().map(SkipReason::as_text),
+                context_override: None,
+            })
+            .collect();
+        for chunk in rows.chunks(1000) {
+            let r = insert_windows(&mut tx, chunk, actor).await?;
+            for c in &r.created {
+                report.created += 1;
+                if c.status == InstanceStatus::Skipped.as_str() {
+                    report.skipped += 1;
+                }
+            }
+            for (_, key) in r.conflicts {
+                // Created meanwhile by a manual trigger with the same key.
+                report.existing += 1;
+                outcome.insert(key, "exists".to_owned());
+            }
+        }
+        if !to_reprocess.is_empty() {
+            let retried = retry_windows(
+                &mut tx,
+                task_id,
+                &to_reprocess,
+                &reprocess_from,
+                actor,
+                "backfill reprocess: operator retry",
+            )
+            .await?;
+            for inst in &retried {
+                tracing::info!(task_id = %task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, reason = "backfill reprocess", "instance retried");
+            }
+            report.reprocessed = retried.len();
+        }
+        if report.created > report.skipped || report.reprocessed > 0 {
+            notify_work(&mut tx, &spec.agent_id).await?;
+        }
+        tx.commit().await.map_err(map_db_error)?;
+    } else {
+        report.created = planned.len();
+        report.skipped = planned.iter().filter(|p| p.skip.is_some()).count();
+        report.reprocessed = to_reprocess.len();
+        tx.rollback().await.map_err(map_db_error)?;
+    }
+    report.windows = keys
+        .into_iter()
+        .map(|k| {
+            let o = outcome.remove(&k).unwrap_or_default();
+            (k, o)
+        })
+        .collect();
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reprocessing_retries_dead_failed_and_cancelled_windows() {
+        assert_eq!(
+            reprocess_failed_sources(),
+            vec![
+                InstanceStatus::Failed,
+                InstanceStatus::Dead,
+                InstanceStatus::Cancelled
+            ]
+        );
+    }
+}

@@ -1,0 +1,286 @@
+//! What a lease holder does, each a compare-and-swap on (id, RUNNING, lease token) in the
+//! caller's transaction (the group commit's): extend the lease, complete (RUNNING → SUCCESS,
+//! with dependents and notifications), report a failure (planned by the domain, written by
+//! `failures`); and the wake-up rule for work a finishing attempt may unblock.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use super::failures::{RUNNING_ATTEMPT_COLUMNS, RunningAttempt, record_failures};
+use super::windows::trigger_dependents;
+use super::{INSTANCE_COLUMNS, InstanceRow, fence_error};
+use crate::domain::instance::Instance;
+use crate::domain::retry::{Failure, plan_failure};
+use crate::store::{RUNNING_BY_ID, Result, WORK_CHANNEL, map_db_error, outbox};
+
+/// One lease extension asked for by a lease holder.
+#[derive(Debug, Clone)]
+pub struct LeaseExtension {
+    pub id: Uuid,
+    pub lease_token: Uuid,
+    pub lease_seconds: i64,
+}
+
+/// Extend many leases in the caller's transaction, each a compare-and-swap on (id, RUNNING,
+/// lease token). Returns the instances written.
+pub(in crate::store) async fn heartbeat_in(
+    conn: &mut PgConnection,
+    items: &[LeaseExtension],
+) -> Result<Vec<Instance>> {
+    let ids: Vec<Uuid> = items.iter().map(|h| h.id).collect();
+    let tokens: Vec<Uuid> = items.iter().map(|h| h.lease_token).collect();
+    let secs: Vec<f64> = items.iter().map(|h| h.lease_seconds as f64).collect();
+    let rows: Vec<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "with f as ( \
+             select * from unnest($1::uuid[], $2::uuid[], $3::float8[]) as f(id, token, secs) \
+         ), upd as ( \
+             update task_instance i \
+             set lease_expires_at = now() + make_interval(secs => f.secs), updated_at = now() \
+             from f where i.id = f.id and {RUNNING_BY_ID} and i.lease_token = f.token \
+             returning i.* \
+         ) \
+         select {INSTANCE_COLUMNS} from upd"
+    )))
+    .bind(&ids)
+    .bind(&tokens)
+    .bind(&secs)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    rows.into_iter().map(Instance::try_from).collect()
+}
+
+/// One completion reported by a lease holder.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    pub id: Uuid,
+    pub lease_token: Uuid,
+    pub result: Option<Value>,
+    /// Who reports it (the event actor); `agent:<worker_id>` of the instance when `None`.
+    pub actor: Option<String>,
+}
+
+/// One answer per id, in order: the written instance, or why the compare-and-swap missed.
+pub(in crate::store) async fn answer_each(
+    pool: &PgPool,
+    ids: impl Iterator<Item = Uuid>,
+    written: Vec<Instance>,
+) -> Result<Vec<Result<Instance>>> {
+    let mut by_id: HashMap<Uuid, Instance> = written.into_iter().map(|i| (i.id, i)).collect();
+    let mut out = Vec::new();
+    for id in ids {
+        match by_id.remove(&id) {
+            Some(inst) => out.push(Ok(inst)),
+            None => out.push(Err(fence_error(pool, id).await)),
+        }
+    }
+    Ok(out)
+}
+
+#[derive(sqlx::FromRow)]
+struct CompletedRow {
+    #[sqlx(flatten)]
+    instance: InstanceRow,
+    /// Some task of the batch has dependents (`after` tasks) to trigger.
+    has_dependents: bool,
+    /// Some task of the batch has `notify.on_success` receivers.
+    notifies: bool,
+}
+
+/// [`TASKS_OF_UPD_IN_ID_ORDER`](super::TASKS_OF_UPD_IN_ID_ORDER) restricted to tasks whose
+/// failure count a success must reset.
+const TASKS_TO_RESET: &str = "select id from tasks where id in (select task_id from upd) \
+     and consecutive_failures <> 0 order by id for no key update";
+
+/// The completions in the caller's transaction: each a compare-and-swap on (id, RUNNING,
+/// lease token). In the same statement: the success (on the row, `finished_by`), the tasks'
+/// failure counts reset, and the wake-ups of [`queued_work_sql`] (its snapshot is from
+/// before the update). Only when the batch needs them: the dependents' windows and the
+/// `instance.succeeded` notifications. Returns the instances written.
+pub(in crate::store) async fn complete_in(
+    conn: &mut PgConnection,
+    items: &[Completion],
+) -> Result<Vec<Instance>> {
+    let ids: Vec<Uuid> = items.iter().map(|c| c.id).collect();
+    let tokens: Vec<Uuid> = items.iter().map(|c| c.lease_token).collect();
+    let results: Vec<Option<Json<&Value>>> =
+        items.iter().map(|c| c.result.as_ref().map(Json)).collect();
+    let actors: Vec<Option<&str>> = items.iter().map(|c| c.actor.as_deref()).collect();
+    let rows: Vec<CompletedRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "with f as ( \
+             select * from unnest($1::uuid[], $2::uuid[], $3::jsonb[], $4::text[]) \
+                 as f(id, token, result, actor) \
+         ), upd as ( \
+             update task_instance i set status = 'SUCCESS', result = f.result, finished_at = now(), \
+                 lease_token = null, lease_expires_at = null, deadline_at = null, \
+                 error = null, error_kind = null, updated_at = now(), \
+                 finished_by = coalesce(f.actor, 'agent:' || coalesce(i.worker_id, 'unknown')) \
+             from f where i.id = f.id and {RUNNING_BY_ID} and i.lease_token = f.token \
+             returning i.* \
+         ), tk as ( \
+             update tasks set consecutive_failures = 0 \
+             where id in ({TASKS_TO_RESET}) \
+         ), info as ( \
+             select bool_or(exists ( \
+                        select 1 from tasks d where d.upstream_task_id = t.id)) as has_dependents, \
+                    bool_or(jsonb_array_length(coalesce(t.spec->'notify'->'on_success', '[]')) > 0) \
+                        as notifies, \
+                    count(pg_notify($5, t.agent_id)) filter (where {queued}) \
+                        as woken \
+             from tasks t where t.id in (select distinct task_id from upd) \
+         ) \
+         select {INSTANCE_COLUMNS}, coalesce(info.has_dependents, false) as has_dependents, \
+             coalesce(info.notifies, false) as notifies \
+         from upd cross join info",
+        queued = queued_work_sql()
+    )))
+    .bind(&ids)
+    .bind(&tokens)
+    .bind(&results)
+    .bind(&actors)
+    .bind(WORK_CHANNEL)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    let has_dependents = rows.iter().any(|r| r.has_dependents);
+    let notifies = rows.iter().any(|r| r.notifies);
+    let done: Vec<Instance> = rows
+        .into_iter()
+        .map(|r| Instance::try_from(r.instance))
+        .collect::<Result<_>>()?;
+    if has_dependents {
+        for inst in &done {
+            let result = items
+                .iter()
+                .find(|c| c.id == inst.id)
+                .and_then(|c| c.result.as_ref());
+            trigger_dependents(conn, inst, result).await?;
+        }
+    }
+    if notifies {
+        let events: Vec<outbox::Event> = done
+            .iter()
+            .map(|inst| outbox::Event {
+                kind: "instance.succeeded",
+                task_id: inst.task_id.clone(),
+                instance_id: Some(inst.id),
+                list: outbox::NotifyList::OnSuccess,
+                data: serde_json::json!({ "instance": inst }),
+            })
+            .collect();
+        outbox::enqueue(conn, &events).await?;
+    }
+    Ok(done)
+}
+
+/// The one wake-up rule, for a task `t` some of whose RUNNING instances are finishing in this
+/// transaction, read *before* they change: a finished slot may unblock the task's queued work,
+/// so the agent is woken where the task has PENDING work. Where the task was below its limit
+/// that work was claimable already and the NOTIFY wakes nobody (it is one per agent and
+/// transaction: PostgreSQL folds repeats). Testing for the limit first cost more than the
+/// NOTIFY it saved: it counted the task's RUNNING rows, and during a drain the run-slot index
+/// of a task holds mostly entries of just-finished rows, each read in the heap (single
+/// completes, 16 agents: about half of a completion's statement time).
+pub fn queued_work_sql() -> String {
+    crate::store::has_pending_sql("t.id", "true")
+}
+
+/// Wake the agents of the tasks among `task_ids` that [`queued_work_sql`] holds for.
+/// Call it before the finishing rows leave RUNNING (the NOTIFY is sent at commit).
+async fn notify_queued(conn: &mut PgConnection, task_ids: &[&str]) -> Result<()> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "select pg_notify($1, t.agent_id) from tasks t \
+         where t.id = any($2) and {}",
+        queued_work_sql()
+    )))
+    .bind(WORK_CHANNEL)
+    .bind(task_ids)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    Ok(())
+}
+
+/// One failed attempt reported by its lease holder.
+#[derive(Debug, Clone)]
+pub struct FailureReport {
+    pub id: Uuid,
+    pub lease_token: Uuid,
+    pub error: String,
+    pub retryable: bool,
+    /// A retry may start at once instead of after the task's backoff (the attempt was cut
+    /// short by kairos itself, not failed by the agent).
+    pub retry_at_once: bool,
+    pub error_kind: &'static str,
+    /// Who reports it (the event actor); `agent:<worker_id>` of the lease holder when `None`.
+    pub actor: Option<String>,
+}
+
+/// Record many reported failures in the caller's transaction: each locks its RUNNING row
+/// under its lease token (missing ones are left out), is planned by the state machine and the
+/// task's backoff, and is written as a compare-and-swap. Returns the instances written.
+pub(in crate::store) async fn fail_in(
+    conn: &mut PgConnection,
+    items: &[FailureReport],
+) -> Result<Vec<Instance>> {
+    let ids: Vec<Uuid> = items.iter().map(|f| f.id).collect();
+    let tokens: Vec<Uuid> = items.iter().map(|f| f.lease_token).collect();
+    let running: Vec<RunningAttempt> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {RUNNING_ATTEMPT_COLUMNS}, null::text as expiry \
+         from unnest($1::uuid[], $2::uuid[]) as f(id, token) \
+         join task_instance i on i.id = f.id and {RUNNING_BY_ID} and i.lease_token = f.token \
+         left join tasks t on t.id = i.task_id \
+         order by i.id \
+         for update of i"
+    )))
+    .bind(&ids)
+    .bind(&tokens)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    let mut tasks: Vec<&str> = running.iter().map(|a| a.task_id.as_str()).collect();
+    tasks.sort_unstable();
+    tasks.dedup();
+    if !tasks.is_empty() {
+        notify_queued(conn, &tasks).await?;
+    }
+    // Each locked attempt fails once, as its first report says; actors group the writes.
+    let mut by_actor: Vec<(String, Vec<Failure>)> = Vec::new();
+    let mut planned: std::collections::HashSet<Uuid> = std::collections::HashSet::new();
+    for item in items {
+        let Some(a) = running.iter().find(|a| a.id == item.id) else {
+            continue;
+        };
+        if !planned.insert(item.id) {
+            continue;
+        }
+        let mut failure = plan_failure(
+            &a.failing(),
+            item.retryable,
+            &item.error,
+            item.error_kind,
+            rand::random::<f64>(),
+            || a.retry_policy(),
+        );
+        if item.retry_at_once {
+            failure.delay = std::time::Duration::ZERO;
+        }
+        let actor = item
+            .actor
+            .clone()
+            .unwrap_or_else(|| format!("agent:{}", a.worker_id.as_deref().unwrap_or("unknown")));
+        match by_actor.iter_mut().find(|(known, _)| *known == actor) {
+            Some((_, list)) => list.push(failure),
+            None => by_actor.push((actor, vec![failure])),
+        }
+    }
+    let mut written = Vec::new();
+    for (actor, failures) in by_actor {
+        written.extend(record_failures(conn, &failures, &actor).await?);
+    }
+    Ok(written)
+}

@@ -1,0 +1,91 @@
+//! The `task_instance` table: idempotent window inserts, compare-and-swap transitions, and the
+//! operators' queries. Every transition records itself in the same statement or transaction:
+//! happy-path ones on the row (`created_*`, `claimed_by`, `finished_by`), the others as
+//! `instance_events` rows (see `events.rs` and migration 2).
+//!
+//! By concern: `read` (the row type and the reads), `windows` (inserting and cancelling
+//! windows: scheduled, manual and dependent), `lease` (what a lease holder does: heartbeats,
+//! completions, reported failures), `failures` (the reaper's lock, recording failed attempts,
+//! the retry scan), `operator` (operator retry and cancel), `backfill`, `retention` (pruning).
+//! The claim is `store::claim`. Every compare-and-swap's source states come from the domain's
+//! transition table (`crate::domain::instance::legal_sources`); the decisions (what a failure
+//! becomes, which windows a backfill covers) are pure and live in `crate::domain`. Nothing here
+//! depends on `store::tasks`.
+
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::Error;
+use crate::domain::instance::InstanceStatus;
+
+mod backfill;
+mod failures;
+mod lease;
+mod operator;
+mod read;
+mod retention;
+mod windows;
+
+pub use backfill::{Backfill, BackfillReport, Reprocess, backfill};
+pub use failures::{RunningAttempt, lock_expired, record_failures, retry_due};
+pub use lease::{Completion, FailureReport, LeaseExtension, queued_work_sql};
+pub(in crate::store) use lease::{answer_each, complete_in, fail_in, heartbeat_in};
+pub use operator::{operator_cancel, operator_retry};
+pub(in crate::store) use read::{INSTANCE_COLUMNS, InstanceRow};
+pub use read::{InstanceFilter, agents_of, get_instance, get_instance_by_window, list_instances};
+pub use retention::prune_finished;
+pub use windows::{
+    Created, InsertReport, ManualTrigger, NewInstance, cancel_unstarted_of_task, cancel_windows,
+    existing_windows, insert_windows, trigger_instance, unfinished_windows,
+};
+
+fn status_names(statuses: &[InstanceStatus]) -> Vec<&'static str> {
+    statuses.iter().map(|s| s.as_str()).collect()
+}
+
+/// The first half of an `ev` CTE that closes attempts in `upd`: when the closing attempt's claim
+/// lives only on the row (`old_claimed_by`, see migration 2), it becomes an explicit event
+/// first, so the history keeps it once the row moves on. The caller appends one `select` of
+/// the closing event (with `o = 1`) and `) x order by instance_id, o`, which numbers the claim
+/// before the event that ends it.
+const CLOSE_ATTEMPT_EVENTS: &str = "insert into instance_events \
+         (instance_id, attempt, from_status, to_status, actor, reason, at) \
+     select instance_id, attempt, from_status, to_status, actor, reason, at from ( \
+         select id as instance_id, attempt, 'PENDING' as from_status, 'RUNNING' as to_status, \
+             old_claimed_by as actor, 'claimed by worker ' || coalesce(worker_id, 'unknown') \
+                 as reason, started_at as at, 0 as o \
+         from upd where old_claimed_by is not null \
+         union all";
+
+/// Lock order for task rows. Completions, failures and reaps of one batch touch several tasks'
+/// counters; two batches (or a batch and the reaper) over overlapping tasks that lock them in
+/// different orders can deadlock (SQLSTATE 40P01). Each statement that updates task rows
+/// therefore locks them first with this sub-select, in id order. `NO KEY UPDATE` is the lock the
+/// update itself takes, so this adds no new conflict, only an order.
+const TASKS_OF_UPD_IN_ID_ORDER: &str =
+    "select id from tasks where id in (select task_id from upd) order by id for no key update";
+
+/// Explain a compare-and-swap on (id, RUNNING, token) that matched nothing: 404 when the
+/// instance does not exist, otherwise a fence rejection describing where it stands.
+async fn fence_error(pool: &PgPool, id: Uuid) -> Error {
+    match get_instance(pool, id).await {
+        Ok(i) => Error::Fenced {
+            instance_id: i.id,
+            task_id: i.task_id,
+            window_key: i.window_key,
+            attempt: i.attempt,
+            status: i.status.as_str().to_owned(),
+        },
+        Err(e) => e,
+    }
+}
+
+async fn illegal_error(pool: &PgPool, id: Uuid) -> Error {
+    match get_instance(pool, id).await {
+        Ok(i) => Error::Illegal {
+            instance_id: i.id,
+            status: i.status.as_str().to_owned(),
+        },
+        Err(e) => e,
+    }
+}

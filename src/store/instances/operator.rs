@@ -1,0 +1,78 @@
+//! Operator actions on one instance: retry (one more attempt, claimable now) and cancel (a
+//! running lease is fenced out), each a compare-and-swap on the sources the transition table
+//! gives the event.
+
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::windows::{CancelScope, cancel_where};
+use super::{INSTANCE_COLUMNS, InstanceRow, illegal_error, status_names};
+use crate::domain::instance::{Event, Instance, legal_sources};
+use crate::store::{Result, map_db_error, notify_work};
+
+/// The operator-retry write after a CTE `old (id, status)` of locked rows: PENDING with one
+/// more attempt allowed, claimable now, its event by actor `$3` with reason `$4`. Follow it
+/// with `select … from upd`.
+pub(super) const OPERATOR_RETRY_SQL: &str = "upd as ( \
+         update task_instance i set status = 'PENDING', attempt = i.attempt + 1, \
+             max_attempts = i.max_attempts + 1, available_at = now(), finished_at = null, \
+             started_at = null, worker_id = null, lease_token = null, \
+             lease_expires_at = null, deadline_at = null, result = null, error = null, \
+             error_kind = null, skip_reason = null, updated_at = now() \
+         from old where i.id = old.id \
+         returning i.*, old.status as from_status \
+     ), ev as ( \
+         insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
+         select id, attempt, from_status, 'PENDING', $3, $4 from upd \
+     ) ";
+
+/// Operator retry: DEAD, FAILED, CANCELLED or SKIPPED → PENDING, one more attempt allowed,
+/// claimable now.
+pub async fn operator_retry(
+    pool: &PgPool,
+    id: Uuid,
+    actor: &str,
+    reason: &str,
+) -> Result<Instance> {
+    let from = status_names(&legal_sources(Event::OperatorRetry));
+    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let row: Option<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "with old as ( \
+             select id, status from task_instance where id = $1 and status = any($2) for update \
+         ), {OPERATOR_RETRY_SQL} \
+         select {INSTANCE_COLUMNS} from upd"
+    )))
+    .bind(id)
+    .bind(&from)
+    .bind(actor)
+    .bind(reason)
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(map_db_error)?;
+    let Some(row) = row else {
+        drop(tx);
+        return Err(illegal_error(pool, id).await);
+    };
+    let inst: Instance = row.try_into()?;
+    notify_work(&mut tx, &inst.agent_id).await?;
+    tx.commit().await.map_err(map_db_error)?;
+    Ok(inst)
+}
+
+/// Operator cancel: PENDING, RUNNING or FAILED → CANCELLED; a running lease is fenced out.
+pub async fn operator_cancel(
+    pool: &PgPool,
+    id: Uuid,
+    actor: &str,
+    reason: &str,
+) -> Result<Instance> {
+    let mut conn = pool.acquire().await.map_err(map_db_error)?;
+    let row = cancel_where(&mut conn, CancelScope::One(id), actor, reason)
+        .await?
+        .pop();
+    drop(conn);
+    match row {
+        Some(r) => r.try_into(),
+        None => Err(illegal_error(pool, id).await),
+    }
+}

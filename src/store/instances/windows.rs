@@ -1,0 +1,434 @@
+//! Windows: inserting them idempotently (scheduled, manual, dependent on an upstream success),
+//! the trigger loop's reads of existing and unfinished windows, and cancelling windows (the
+//! one cancellation statement every path uses, operator cancels included).
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use super::{
+    CLOSE_ATTEMPT_EVENTS, INSTANCE_COLUMNS, InstanceRow, get_instance_by_window, status_names,
+};
+use crate::domain::instance::{
+    Event, Instance, InstanceStatus, Source, legal_sources, result_digest,
+};
+use crate::store::{Error, Result, map_db_error, notify_work};
+
+/// A window to insert.
+#[derive(Debug, Clone)]
+pub struct NewInstance {
+    pub task_id: String,
+    pub window_key: String,
+    pub scheduled_at: DateTime<Utc>,
+    /// PENDING or SKIPPED.
+    pub status: InstanceStatus,
+    pub source: Source,
+    pub agent_id: String,
+    pub max_attempts: i32,
+    pub available_at: DateTime<Utc>,
+    pub skip_reason: Option<String>,
+    pub context_override: Option<Value>,
+}
+
+/// One inserted row.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Created {
+    pub id: Uuid,
+    pub task_id: String,
+    pub window_key: String,
+    pub status: String,
+}
+
+#[derive(Debug, Default)]
+pub struct InsertReport {
+    pub created: Vec<Created>,
+    /// `(task_id, window_key)` of rows that already existed: inserts lost to another replica or
+    /// an earlier pass.
+    pub conflicts: Vec<(String, String)>,
+}
+
+impl InsertReport {
+    /// The rows of `rows` (the batch given to [`insert_windows`]) that were written: all but
+    /// the conflicts, which are rare, so this is usually the whole batch.
+    pub fn written<'a>(&self, rows: &'a [NewInstance]) -> Vec<&'a NewInstance> {
+        if self.conflicts.is_empty() {
+            return rows.iter().collect();
+        }
+        let lost: std::collections::HashSet<(&str, &str)> = self
+            .conflicts
+            .iter()
+            .map(|(t, k)| (t.as_str(), k.as_str()))
+            .collect();
+        rows.iter()
+            .filter(|r| !lost.contains(&(r.task_id.as_str(), r.window_key.as_str())))
+            .collect()
+    }
+}
+
+/// Insert windows with `ON CONFLICT (task_id, window_key) DO NOTHING`, and one creating event
+/// per inserted row, in one statement. Never select-then-insert.
+pub async fn insert_windows(
+    conn: &mut PgConnection,
+    rows: &[NewInstance],
+    actor: &str,
+) -> Result<InsertReport> {
+    if rows.is_empty() {
+        return Ok(InsertReport::default());
+    }
+    let ids: Vec<Uuid> = rows.iter().map(|_| Uuid::now_v7()).collect();
+    let task_ids: Vec<&str> = rows.iter().map(|r| r.task_id.as_str()).collect();
+    let keys: Vec<&str> = rows.iter().map(|r| r.window_key.as_str()).collect();
+    let scheduled: Vec<DateTime<Utc>> = rows.iter().map(|r| r.scheduled_at).collect();
+    let statuses: Vec<&str> = rows.iter().map(|r| r.status.as_str()).collect();
+    let sources: Vec<&str> = rows.iter().map(|r| r.source.as_str()).collect();
+    let agents: Vec<&str> = rows.iter().map(|r| r.agent_id.as_str()).collect();
+    let max_attempts: Vec<i32> = rows.iter().map(|r| r.max_attempts).collect();
+    let available: Vec<DateTime<Utc>> = rows.iter().map(|r| r.available_at).collect();
+    let reasons: Vec<Option<&str>> = rows.iter().map(|r| r.skip_reason.as_deref()).collect();
+    let contexts: Vec<Option<Json<&Value>>> = rows
+        .iter()
+        .map(|r| r.context_override.as_ref().map(Json))
+        .collect();
+    let created: Vec<Created> = sqlx::query_as(
+        "with ins as ( \
+             insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
+                 agent_id, attempt, max_attempts, available_at, skip_reason, finished_at, \
+                 context_override, created_by, created_status, created_reason) \
+             select id, task_id, window_key, scheduled_at, status, source, agent_id, 1, \
+                 max_attempts, available_at, skip_reason, \
+                 case when status = 'SKIPPED' then now() end, context_override, $12, status, \
+                 coalesce(skip_reason, source) \
+             from unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], \
+                         $6::text[], $7::text[], $8::int[], $9::timestamptz[], $10::text[], \
+                         $11::jsonb[]) \
+                 as r(id, task_id, window_key, scheduled_at, status, source, agent_id, \
+                      max_attempts, available_at, skip_reason, context_override) \
+             on conflict (task_id, window_key) do nothing \
+             returning id, task_id, window_key, status \
+         ) \
+         select id, task_id, window_key, status from ins",
+    )
+    .bind(&ids)
+    .bind(&task_ids)
+    .bind(&keys)
+    .bind(&scheduled)
+    .bind(&statuses)
+    .bind(&sources)
+    .bind(&agents)
+    .bind(&max_attempts)
+    .bind(&available)
+    .bind(&reasons)
+    .bind(&contexts)
+    .bind(actor)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+
+    let mut report = InsertReport::default();
+    if created.len() < rows.len() {
+        let made: std::collections::HashSet<(&str, &str)> = created
+            .iter()
+            .map(|c| (c.task_id.as_str(), c.window_key.as_str()))
+            .collect();
+        report.conflicts = rows
+            .iter()
+            .filter(|r| !made.contains(&(r.task_id.as_str(), r.window_key.as_str())))
+            .map(|r| (r.task_id.clone(), r.window_key.clone()))
+            .collect();
+    }
+    report.created = created;
+    Ok(report)
+}
+
+/// The window keys of each task's unfinished (PENDING/RUNNING/FAILED) instances, oldest first.
+pub async fn unfinished_windows(
+    conn: &mut PgConnection,
+    task_ids: &[&str],
+) -> Result<HashMap<String, Vec<String>>> {
+    // One probe per status, each through that status's task-keyed partial index (migration 6).
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "select task_id, window_key from ( \
+             select task_id, window_key, scheduled_at from task_instance \
+             where task_id = any($1) and status = 'PENDING' \
+             union all \
+             select task_id, window_key, scheduled_at from task_instance \
+             where task_id = any($1) and status = 'RUNNING' \
+             union all \
+             select task_id, window_key, scheduled_at from task_instance \
+             where task_id = any($1) and status = 'FAILED' \
+         ) u order by task_id, scheduled_at, window_key",
+    )
+    .bind(task_ids)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    let mut out: HashMap<String, Vec<String>> = HashMap::new();
+    for (task, key) in rows {
+        out.entry(task).or_default().push(key);
+    }
+    Ok(out)
+}
+
+/// For each `(task_id, first due window key)`, the keys of rows that already exist from that
+/// key up to now (window keys of scheduled windows sort chronologically).
+pub async fn existing_windows(
+    conn: &mut PgConnection,
+    from: &[(&str, String)],
+) -> Result<HashMap<String, std::collections::HashSet<String>>> {
+    let ids: Vec<&str> = from.iter().map(|f| f.0).collect();
+    let keys: Vec<&str> = from.iter().map(|f| f.1.as_str()).collect();
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "select i.task_id, i.window_key \
+         from unnest($1::text[], $2::text[]) as d(task_id, from_key) \
+         join task_instance i on i.task_id = d.task_id and i.window_key >= d.from_key \
+             and i.window_key <= to_char(now() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')",
+    )
+    .bind(&ids)
+    .bind(&keys)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    let mut out: HashMap<String, std::collections::HashSet<String>> = HashMap::new();
+    for (task, key) in rows {
+        out.entry(task).or_default().insert(key);
+    }
+    Ok(out)
+}
+
+/// Which instances a cancellation is for.
+pub(super) enum CancelScope<'a> {
+    One(Uuid),
+    Windows(&'a str, &'a [String]),
+    /// A task's instances that have not started (PENDING) or wait for a retry (FAILED).
+    Unstarted(&'a str),
+}
+
+/// Move the instances in `scope` to CANCELLED where the state machine allows it (a
+/// compare-and-swap on their current status), clear any lease so a running worker is fenced
+/// out, and write one event each. The one statement every cancellation path uses.
+pub(super) async fn cancel_where(
+    conn: &mut PgConnection,
+    scope: CancelScope<'_>,
+    actor: &str,
+    reason: &str,
+) -> Result<Vec<InstanceRow>> {
+    let (filter, from) = match scope {
+        CancelScope::One(_) => ("id = $4", legal_sources(Event::Cancel)),
+        CancelScope::Windows(..) => (
+            "task_id = $4 and window_key = any($5)",
+            legal_sources(Event::Cancel),
+        ),
+        CancelScope::Unstarted(_) => ("task_id = $4", unstarted_sources()),
+    };
+    let sql = format!(
+        "with old as ( \
+             select id, status, claimed_by from task_instance \
+             where {filter} and status = any($1) for update \
+         ), upd as ( \
+             update task_instance i set status = 'CANCELLED', finished_at = now(), \
+                 lease_token = null, lease_expires_at = null, deadline_at = null, \
+                 claimed_by = null, error_kind = 'cancelled', error = $3, updated_at = now() \
+             from old where i.id = old.id \
+             returning i.*, old.status as from_status, old.claimed_by as old_claimed_by \
+         ), ev as ( \
+             {CLOSE_ATTEMPT_EVENTS} \
+             select id, attempt, from_status, 'CANCELLED', $2, $3, now(), 1 from upd \
+             ) x order by instance_id, o \
+         ) \
+         select {INSTANCE_COLUMNS} from upd"
+    );
+    let q = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(status_names(&from))
+        .bind(actor)
+        .bind(reason);
+    let q = match scope {
+        CancelScope::One(id) => q.bind(id),
+        CancelScope::Windows(task_id, keys) => q.bind(task_id).bind(keys),
+        CancelScope::Unstarted(task_id) => q.bind(task_id),
+    };
+    q.fetch_all(&mut *conn).await.map_err(map_db_error)
+}
+
+/// The states [`CancelScope::Unstarted`] cancels: the sources of a cancel but RUNNING, which
+/// is a started attempt (PENDING and FAILED).
+fn unstarted_sources() -> Vec<InstanceStatus> {
+    legal_sources(Event::Cancel)
+        .into_iter()
+        .filter(|s| *s != InstanceStatus::Running)
+        .collect()
+}
+
+/// Cancel the named windows of a task if they are still cancellable (overlap `replace`).
+/// Returns the window keys actually cancelled.
+pub async fn cancel_windows(
+    conn: &mut PgConnection,
+    task_id: &str,
+    window_keys: &[String],
+    actor: &str,
+    reason: &str,
+) -> Result<Vec<String>> {
+    if window_keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = cancel_where(
+        conn,
+        CancelScope::Windows(task_id, window_keys),
+        actor,
+        reason,
+    )
+    .await?;
+    Ok(rows.into_iter().map(|r| r.window_key).collect())
+}
+
+/// Cancel a task's instances that have not started (PENDING) or wait for a retry (FAILED).
+pub async fn cancel_unstarted_of_task(
+    conn: &mut PgConnection,
+    task_id: &str,
+    actor: &str,
+    reason: &str,
+) -> Result<u64> {
+    let rows = cancel_where(conn, CancelScope::Unstarted(task_id), actor, reason).await?;
+    Ok(rows.len() as u64)
+}
+
+/// In the transaction of an upstream SUCCESS: insert the same window for every unpaused task
+/// that runs `after` it (`source = dependency`), recording the upstream instance and its result
+/// digest. The unique window key makes a re-run of the upstream window trigger nothing more.
+pub(super) async fn trigger_dependents(
+    conn: &mut PgConnection,
+    upstream: &Instance,
+    result: Option<&Value>,
+) -> Result<()> {
+    let digest = result_digest(result);
+    let reason = format!("dependency: upstream instance {} succeeded", upstream.id);
+    let created: Vec<(Uuid, String, String)> = sqlx::query_as(
+        "with d as ( \
+             select id, agent_id, spec from tasks where upstream_task_id = $1 and not paused \
+         ), ins as ( \
+             insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
+                 agent_id, max_attempts, available_at, upstream_instance_id, upstream_result_digest, \
+                 created_by, created_status, created_reason) \
+             select gen_random_uuid(), d.id, $2, $3, 'PENDING', 'dependency', d.agent_id, \
+                 coalesce((d.spec->'execution'->>'max_retries')::int, 3) + 1, now(), $4, $5, \
+                 'dependency', 'PENDING', $6 \
+             from d \
+             on conflict (task_id, window_key) do nothing \
+             returning id, task_id, agent_id \
+         ) \
+         select id, task_id, agent_id from ins",
+    )
+    .bind(&upstream.task_id)
+    .bind(&upstream.window_key)
+    .bind(upstream.scheduled_at)
+    .bind(upstream.id)
+    .bind(&digest)
+    .bind(&reason)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    let mut agents: Vec<&str> = created.iter().map(|c| c.2.as_str()).collect();
+    agents.sort_unstable();
+    agents.dedup();
+    for agent in agents {
+        notify_work(conn, agent).await?;
+    }
+    for (id, task_id, _) in &created {
+        tracing::info!(task_id = %task_id, window_key = %upstream.window_key, instance_id = %id, upstream_task_id = %upstream.task_id, upstream_instance_id = %upstream.id, "dependent window materialised");
+    }
+    let paused: Vec<String> =
+        sqlx::query_scalar("select id from tasks where upstream_task_id = $1 and paused")
+            .bind(&upstream.task_id)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map_db_error)?;
+    for task_id in paused {
+        tracing::info!(task_id = %task_id, window_key = %upstream.window_key, upstream_task_id = %upstream.task_id, reason = "task paused", "dependent window not materialised");
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Manual triggers.
+
+/// A run asked for over the API.
+#[derive(Debug, Clone, Default)]
+pub struct ManualTrigger {
+    /// Caller-chosen key; `manual:<uuid>` when absent.
+    pub window_key: Option<String>,
+    /// When it may be claimed; now when absent.
+    pub run_at: Option<DateTime<Utc>>,
+    pub delay_seconds: Option<i64>,
+    /// Merged over the task's context (top-level keys) at claim time.
+    pub context: Option<Value>,
+}
+
+/// Create a manual (or delayed) instance of `task_id`, or find the one with the same key.
+/// Returns whether it was created. Manual runs are not subject to overlap skips (someone asked
+/// for this run); the concurrency limit still holds at claim time.
+pub async fn trigger_instance(
+    pool: &PgPool,
+    task_id: &str,
+    t: &ManualTrigger,
+    actor: &str,
+) -> Result<(bool, Instance)> {
+    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let row: Option<(Json<Value>, DateTime<Utc>)> =
+        sqlx::query_as("select spec, now() from tasks where id = $1")
+            .bind(task_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_db_error)?;
+    let (spec, now) = row.ok_or(Error::NotFound)?;
+    let spec: crate::domain::task::TaskSpec =
+        serde_json::from_value(spec.0).map_err(|e| Error::Corrupt(format!("tasks.spec: {e}")))?;
+    let at = match (t.run_at, t.delay_seconds) {
+        (Some(at), _) => at,
+        (None, Some(d)) => now + chrono::Duration::seconds(d),
+        (None, None) => now,
+    };
+    let key = t
+        .window_key
+        .clone()
+        .unwrap_or_else(|| format!("manual:{}", Uuid::new_v4()));
+    let report = insert_windows(
+        &mut tx,
+        &[NewInstance {
+            task_id: task_id.to_owned(),
+            window_key: key.clone(),
+            scheduled_at: at,
+            status: InstanceStatus::Pending,
+            source: Source::Manual,
+            agent_id: spec.agent_id.clone(),
+            max_attempts: spec.execution.max_attempts(),
+            available_at: at,
+            skip_reason: None,
+            context_override: t.context.clone(),
+        }],
+        actor,
+    )
+    .await?;
+    let created = !report.created.is_empty();
+    if created && at <= now {
+        notify_work(&mut tx, &spec.agent_id).await?;
+    }
+    tx.commit().await.map_err(map_db_error)?;
+    let inst = get_instance_by_window(pool, task_id, &key).await?;
+    Ok((created, inst))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unstarted_instances_are_the_pending_and_failed_ones() {
+        assert_eq!(
+            unstarted_sources(),
+            vec![InstanceStatus::Pending, InstanceStatus::Failed]
+        );
+    }
+}
