@@ -25,6 +25,18 @@ fn parse(key: &str) -> DateTime<Utc> {
     key.parse().expect("window key is RFC 3339")
 }
 
+/// One trigger pass of a fresh loop, as a replica named `n` would make it.
+async fn one_pass(pool: &PgPool) -> kairos::services::trigger_loop::TriggerReport {
+    TriggerLoop::new(
+        pool.clone(),
+        TriggerLoopConfig::new("n"),
+        Heartbeats::default(),
+    )
+    .run_once()
+    .await
+    .expect("pass")
+}
+
 /// Keys must be consecutive seconds with no gap and no repeat.
 fn assert_every_second_once(keys: &[String]) {
     let unique: HashSet<&String> = keys.iter().collect();
@@ -226,12 +238,7 @@ async fn a_paused_task_gets_no_windows(pool: PgPool) {
         .execute(&pool)
         .await
         .expect("rewind");
-    let lp = TriggerLoop::new(
-        pool.clone(),
-        TriggerLoopConfig::new("n"),
-        Heartbeats::default(),
-    );
-    assert_eq!(lp.run_once().await.expect("pass").num_tasks, 0);
+    assert_eq!(one_pass(&pool).await.num_tasks, 0);
     assert!(windows(&pool, "t1").await.is_empty());
 }
 
@@ -269,12 +276,7 @@ async fn a_stored_trigger_or_execution_that_no_longer_parses_pauses_only_its_tas
         .execute(&pool)
         .await
         .expect("rewind");
-    let lp = TriggerLoop::new(
-        pool.clone(),
-        TriggerLoopConfig::new("n"),
-        Heartbeats::default(),
-    );
-    let report = lp.run_once().await.expect("pass");
+    let report = one_pass(&pool).await;
     assert_eq!((report.num_tasks, report.num_created), (1, 1));
     assert_eq!(windows(&pool, "good").await.len(), 1);
     let paused: Vec<(String, bool, Option<String>)> =
@@ -363,12 +365,7 @@ async fn instances_can_be_queried_by_status_and_paged(pool: PgPool) {
     .execute(&pool)
     .await
     .expect("rewind");
-    let lp = TriggerLoop::new(
-        pool.clone(),
-        TriggerLoopConfig::new("n"),
-        Heartbeats::default(),
-    );
-    let report = lp.run_once().await.expect("pass");
+    let report = one_pass(&pool).await;
     let total = report.num_created + report.num_skipped;
     assert!(total >= 10);
 
