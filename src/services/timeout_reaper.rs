@@ -9,7 +9,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::{Heartbeats, run_periodic};
-use crate::domain::retry::{Failure, plan_failure};
+use crate::domain::retry::Failure;
 use crate::store::{self, instances, map_db_error};
 
 pub const LOOP_NAME: &str = "timeout_reaper";
@@ -78,14 +78,7 @@ impl TimeoutReaper {
                     Some("timeout") => ("timeout", "run exceeded the task's timeout_seconds"),
                     _ => ("lease_expired", "lease expired without a heartbeat"),
                 };
-                plan_failure(
-                    &a.failing(),
-                    true,
-                    error,
-                    kind,
-                    rand::random::<f64>(),
-                    || a.retry_policy(),
-                )
+                a.plan_failure(true, error, kind, rand::random::<f64>())
             })
             .collect();
         let written = instances::record_failures(&mut tx, &failures, &actor).await?;

@@ -12,7 +12,7 @@ use super::{
     CLOSE_ATTEMPT_EVENTS, Created, INSTANCE_COLUMNS, InstanceRow, TASKS_OF_UPD_IN_ID_ORDER,
 };
 use crate::domain::instance::{Event, Instance, InstanceStatus};
-use crate::domain::retry::{FailingAttempt, Failure};
+use crate::domain::retry::{FailingAttempt, Failure, plan_failure};
 use crate::domain::task::RetryBackoff;
 use crate::store::{RUNNING_BY_ID, Result, SourceIs, circuit, map_db_error, notify_work, outbox};
 
@@ -46,22 +46,32 @@ pub struct RunningAttempt {
 }
 
 impl RunningAttempt {
-    /// What planning its failure needs ([`crate::domain::retry::plan_failure`]).
-    pub fn failing(&self) -> FailingAttempt {
-        FailingAttempt {
+    /// What this attempt's failure becomes ([`crate::domain::retry::plan_failure`]); the task's
+    /// backoff policy is read only when the attempt will be retried.
+    pub fn plan_failure(
+        &self,
+        retryable: bool,
+        error: &str,
+        error_kind: &'static str,
+        unit: f64,
+    ) -> Failure {
+        let failing = FailingAttempt {
             id: self.id,
             lease_token: self.lease_token,
             attempt: self.attempt,
             max_attempts: self.max_attempts,
             task_exists: self.task_exists,
-        }
+        };
+        plan_failure(&failing, retryable, error, error_kind, unit, || {
+            self.retry_policy()
+        })
     }
 
     /// The backoff policy of a failing attempt's task. A stored `retry_backoff` that cannot be
     /// read (written by another version, or edited by hand) must not cost the instance its
     /// remaining attempts: it is logged and the default policy applies, so the instance stays
     /// FAILED with a sensible retry time.
-    pub fn retry_policy(&self) -> RetryBackoff {
+    fn retry_policy(&self) -> RetryBackoff {
         let read = match &self.retry_backoff {
             Some(j) => {
                 serde_json::from_value::<RetryBackoff>(j.0.clone()).map_err(|e| e.to_string())

@@ -14,7 +14,7 @@ use super::failures::{RUNNING_ATTEMPT_COLUMNS, RunningAttempt, record_failures};
 use super::windows::trigger_dependents;
 use super::{INSTANCE_COLUMNS, InstanceRow, fence_error};
 use crate::domain::instance::Instance;
-use crate::domain::retry::{Failure, plan_failure};
+use crate::domain::retry::Failure;
 use crate::store::{RUNNING_BY_ID, Result, WORK_CHANNEL, map_db_error, outbox};
 
 /// One lease extension asked for by a lease holder.
@@ -250,21 +250,19 @@ pub(in crate::store) async fn fail_in(
     }
     // Each locked attempt fails once, as its first report says; actors group the writes.
     let mut by_actor: Vec<(String, Vec<Failure>)> = Vec::new();
-    let mut planned: std::collections::HashSet<Uuid> = std::collections::HashSet::new();
+    // Taken out when planned: a batch of up to 1,000 reports finds each attempt by its id, and
+    // a second report of the same attempt finds nothing.
+    let mut unplanned: std::collections::HashMap<Uuid, &RunningAttempt> =
+        running.iter().map(|a| (a.id, a)).collect();
     for item in items {
-        let Some(a) = running.iter().find(|a| a.id == item.id) else {
+        let Some(a) = unplanned.remove(&item.id) else {
             continue;
         };
-        if !planned.insert(item.id) {
-            continue;
-        }
-        let mut failure = plan_failure(
-            &a.failing(),
+        let mut failure = a.plan_failure(
             item.retryable,
             &item.error,
             item.error_kind,
             rand::random::<f64>(),
-            || a.retry_policy(),
         );
         if item.retry_at_once {
             failure.delay = std::time::Duration::ZERO;
