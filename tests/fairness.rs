@@ -67,6 +67,26 @@ async fn a_task_at_its_concurrency_limit_does_not_hide_the_agents_other_tasks(po
 }
 
 #[sqlx::test]
+async fn a_claim_takes_several_rows_of_a_task_when_few_are_pending(pool: PgPool) {
+    // Fewer rows than the head reads: the head settles the pick, so every head row of a task
+    // must carry the task's room, not only its first.
+    let app = TestApp::spawn(pool.clone()).await;
+    put_task(&app, "a", manual("fs", json!({"concurrency_limit": 10}))).await;
+    put_task(&app, "b", manual("fs", json!({"concurrency_limit": 10}))).await;
+    put_task(&app, "c", manual("fs", json!({"concurrency_limit": 1}))).await;
+    // Seven rows: fewer than the eight a claim of seven reads at its head.
+    backlog(&pool, "a", "fs", 3, 120, 1).await;
+    backlog(&pool, "b", "fs", 2, 60, 1).await;
+    backlog(&pool, "c", "fs", 2, 30, 1).await;
+
+    let got = claim(&app, "fs", "w", 7, json!({})).await;
+    let tasks: Vec<String> = got.iter().map(task_of).collect();
+    // All of a and b, and c up to its limit, in availability order.
+    assert_eq!(tasks, vec!["a", "a", "a", "b", "b", "c"], "{got:?}");
+    assert!(claim(&app, "fs", "w", 7, json!({})).await.is_empty());
+}
+
+#[sqlx::test]
 async fn a_paused_task_with_a_backlog_does_not_hide_other_work(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     put_task(&app, "p", manual("fp", json!({"concurrency_limit": 100}))).await;
