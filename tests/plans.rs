@@ -83,3 +83,92 @@ async fn the_wake_up_probe_of_a_drained_task_reads_the_pending_index_not_its_his
         .expect("probe p6");
     assert_eq!(rows, vec![("p6".to_owned(),)], "p6 has PENDING work");
 }
+
+/// Node types of a plan (EXPLAIN's JSON) with the relation each reads, in plan order.
+fn scans(plan: &Value, out: &mut Vec<(String, String)>) {
+    match plan {
+        Value::Object(map) => {
+            if let (Some(Value::String(node)), Some(Value::String(rel))) =
+                (map.get("Node Type"), map.get("Relation Name"))
+            {
+                out.push((node.clone(), rel.clone()));
+            }
+            map.values().for_each(|v| scans(v, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| scans(v, out)),
+        _ => {}
+    }
+}
+
+#[sqlx::test]
+async fn a_hot_transaction_finds_rows_by_key_while_the_statistics_say_the_table_is_small(
+    pool: PgPool,
+) {
+    // Statistics of an empty table, then 20,000 windows: a new database's first burst.
+    sqlx::query(
+        "insert into tasks (id, agent_id, spec, trigger_type) \
+         select 'h' || g, 'plans', '{}', 'manual' from generate_series(0, 99) g",
+    )
+    .execute(&pool)
+    .await
+    .expect("tasks");
+    sqlx::query("analyze task_instance")
+        .execute(&pool)
+        .await
+        .expect("analyze");
+    for k in 0..100 {
+        backlog(&pool, &format!("h{k}"), "plans", 200, 3600, 1).await;
+    }
+    let ids: Vec<uuid::Uuid> = sqlx::query_scalar("select id from task_instance limit 300")
+        .fetch_all(&pool)
+        .await
+        .expect("ids");
+    // The shape of a claim's update and a completion: a batch of ids joined to the table.
+    // Planned outside a hot transaction (PostgreSQL 15), it reads the whole table and hashes it.
+    let explain = "explain (format json) \
+         update task_instance i set updated_at = now() \
+         from unnest($1::uuid[]) as g(id) \
+         where i.id = g.id and (i.status || '') = 'PENDING'";
+    let plan_in = |hot: bool| {
+        let pool = pool.clone();
+        let ids = ids.clone();
+        async move {
+            let mut tx = if hot {
+                kairos::store::begin_hot(&pool).await.expect("begin hot")
+            } else {
+                pool.begin().await.expect("begin")
+            };
+            let (plan,): (Value,) = sqlx::query_as(explain)
+                .bind(&ids)
+                .fetch_one(&mut *tx)
+                .await
+                .expect("explain");
+            let (setting,): (String,) = sqlx::query_as("show enable_seqscan")
+                .fetch_one(&mut *tx)
+                .await
+                .expect("show");
+            tx.commit().await.expect("commit");
+            let mut read = Vec::new();
+            scans(&plan, &mut read);
+            (read, setting, plan)
+        }
+    };
+
+    let (read, setting, plan) = plan_in(true).await;
+    assert_eq!(setting, "off");
+    assert!(
+        read.iter()
+            .any(|(node, rel)| node == "Index Scan" && rel == "task_instance"),
+        "the hot update finds its rows by key; plan: {plan}"
+    );
+    assert!(
+        !read
+            .iter()
+            .any(|(node, rel)| node == "Seq Scan" && rel == "task_instance"),
+        "no whole-table read in a hot transaction; plan: {plan}"
+    );
+
+    // The setting ends with the transaction: other work plans as the server is configured.
+    let (_, setting, _) = plan_in(false).await;
+    assert_eq!(setting, "on");
+}

@@ -129,7 +129,7 @@ impl TriggerLoop {
     async fn run_batch(&self) -> store::Result<(TriggerReport, bool)> {
         let actor = format!("trigger:{}", self.config.node_id);
         let mut report = TriggerReport::default();
-        let mut tx = self.pool.begin().await.map_err(map_db_error)?;
+        let mut tx = crate::store::begin_hot(&self.pool).await?;
         let (due, bad) = lock_due_tasks(&mut tx, self.config.batch_size).await?;
         let full = (due.len() + bad.len()) as i64 >= self.config.batch_size;
         for (id, why) in &bad {

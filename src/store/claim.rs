@@ -266,7 +266,7 @@ async fn claim_dealt(
     head: HeadRead,
 ) -> Result<(Vec<(usize, Claimed)>, bool)> {
     let max: usize = takers.iter().map(|t| t.max).sum::<usize>().max(1);
-    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let mut tx = super::begin_hot(pool).await?;
     let (chosen, head_unsettled) = pick(&mut tx, scope, max, head).await?;
     if chosen.is_empty() {
         tx.commit().await.map_err(map_db_error)?;

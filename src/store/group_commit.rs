@@ -157,7 +157,7 @@ async fn write(pool: &PgPool, ops: &[Op]) -> Result<Written> {
             Op::Fail(f, _) => fails.push(f.clone()),
         }
     }
-    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let mut tx = super::begin_hot(pool).await?;
     let mut w = Written::default();
     if !heartbeats.is_empty() {
         w.heartbeats = heartbeat_in(&mut tx, &heartbeats).await?;
