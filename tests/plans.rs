@@ -23,16 +23,22 @@ fn indexes_read(plan: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// Manual tasks `{prefix}0` to `{prefix}99` of agent `plans`.
+async fn manual_tasks(pool: &PgPool, prefix: &str) {
+    sqlx::query(
+        "insert into tasks (id, agent_id, spec, trigger_type) \
+         select $1 || g, 'plans', '{}', 'manual' from generate_series(0, 99) g",
+    )
+    .bind(prefix)
+    .execute(pool)
+    .await
+    .expect("tasks");
+}
+
 #[sqlx::test]
 async fn the_wake_up_probe_of_a_drained_task_reads_the_pending_index_not_its_history(pool: PgPool) {
     // 100 tasks with 300 PENDING windows each, analysed: the statistics of a fresh backlog.
-    sqlx::query(
-        "insert into tasks (id, agent_id, spec, trigger_type) \
-         select 'p' || g, 'plans', '{}', 'manual' from generate_series(0, 99) g",
-    )
-    .execute(&pool)
-    .await
-    .expect("tasks");
+    manual_tasks(&pool, "p").await;
     for k in 0..100 {
         backlog(&pool, &format!("p{k}"), "plans", 300, 3600, 1).await;
     }
@@ -105,13 +111,7 @@ async fn a_hot_transaction_finds_rows_by_key_while_the_statistics_say_the_table_
     pool: PgPool,
 ) {
     // Statistics of an empty table, then 20,000 windows: a new database's first burst.
-    sqlx::query(
-        "insert into tasks (id, agent_id, spec, trigger_type) \
-         select 'h' || g, 'plans', '{}', 'manual' from generate_series(0, 99) g",
-    )
-    .execute(&pool)
-    .await
-    .expect("tasks");
+    manual_tasks(&pool, "h").await;
     sqlx::query("analyze task_instance")
         .execute(&pool)
         .await

@@ -947,21 +947,20 @@ async fn fire_lag(base: &str, n: i64, minutes: u32, single: bool) -> Result<[Str
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     stop.store(true, Ordering::Relaxed);
-    let lags: Vec<f64> = sqlx::query_scalar(
-        "select extract(epoch from started_at - scheduled_at)::float8 * 1000 from task_instance \
-         where started_at is not null and scheduled_at <= $1 order by 1",
+    // The lag, and where it goes: the trigger writing the window, then the claim taking it.
+    let (lags, made): (Vec<f64>, Vec<f64>) = sqlx::query_as(
+        "select array_agg(extract(epoch from started_at - scheduled_at)::float8 * 1000 \
+                          order by started_at - scheduled_at), \
+                array_agg(extract(epoch from created_at - scheduled_at)::float8 * 1000 \
+                          order by created_at - scheduled_at) \
+         from task_instance where started_at is not null and scheduled_at <= $1",
     )
     .bind(last)
-    .fetch_all(&db.pool)
-    .await?;
-    // Where the lag goes: the trigger writing the window, then the claim taking it.
-    let made: Vec<f64> = sqlx::query_scalar(
-        "select extract(epoch from created_at - scheduled_at)::float8 * 1000 from task_instance \
-         where started_at is not null and scheduled_at <= $1 order by 1",
-    )
-    .bind(last)
-    .fetch_all(&db.pool)
-    .await?;
+    .fetch_one(&db.pool)
+    .await
+    .map(|(l, m): (Option<Vec<f64>>, Option<Vec<f64>>)| {
+        (l.unwrap_or_default(), m.unwrap_or_default())
+    })?;
     let (created, started, in_minute, skipped): (i64, i64, i64, i64) = sqlx::query_as(
         "select count(*), count(started_at), \
              count(*) filter (where started_at < scheduled_at + interval '60 seconds'), \
