@@ -325,6 +325,58 @@ async fn waiters_of_one_agent_wake_only_as_many_as_there_is_work_for(pool: PgPoo
 }
 
 #[sqlx::test]
+async fn waiters_of_one_agent_wake_together_for_a_batch_of_work(pool: PgPool) {
+    let _ = kairos::telemetry::metrics_handle();
+    let app = TestApp::spawn(pool).await;
+    manual_task(&app, "c", "crowd").await;
+    let mut waiters = tokio::task::JoinSet::new();
+    for i in 0..8 {
+        let client = app.client.clone();
+        let url = app.url("/v1/claims");
+        waiters.spawn(async move {
+            let resp = client
+                .post(url)
+                .json(&json!({"agent_id": "crowd", "worker_id": format!("w{i}"), "max_instances": 10, "wait_seconds": 8}))
+                .send()
+                .await
+                .expect("sent");
+            let body: serde_json::Value = resp.json().await.expect("json");
+            body["instances"].as_array().map_or(0, Vec::len)
+        });
+    }
+    eventually(Duration::from_secs(10), "8 waiters", || async {
+        (metric("kairos_claim_waiters") >= 8).then_some(())
+    })
+    .await;
+    let rounds_before = metric("kairos_claim_round_requests_count");
+
+    // 80 instances in one transaction, announced as such (the trigger's payload): the eight
+    // waiters wake at once and share claim rounds, instead of waking one after another.
+    sqlx::query(
+        "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, agent_id, max_attempts, available_at) \
+         select gen_random_uuid(), 'c', 'm' || g, now(), 'PENDING', 'manual', 'crowd', 3, now() from generate_series(1, 80) g",
+    )
+    .execute(&app.pool)
+    .await
+    .expect("insert");
+    sqlx::query("select pg_notify('kairos_work', $1)")
+        .bind(kairos::store::work_payload("crowd", 80))
+        .execute(&app.pool)
+        .await
+        .expect("notify");
+    let mut got = Vec::new();
+    while let Some(n) = waiters.join_next().await {
+        got.push(n.expect("join"));
+    }
+    assert_eq!(got, vec![10; 8], "each waiter took a full claim");
+    let rounds = metric("kairos_claim_round_requests_count") - rounds_before;
+    assert!(
+        rounds < 8,
+        "eight waiters woken one after another would each claim in a round of their own; {rounds} rounds"
+    );
+}
+
+#[sqlx::test]
 async fn the_background_loops_keep_their_connections_when_the_api_has_none(pool: PgPool) {
     let options = pool.connect_options().as_ref().clone();
     let api = PgPoolOptions::new()

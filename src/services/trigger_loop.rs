@@ -28,7 +28,7 @@ use crate::store::tasks::{
     CursorMove, DueTask, WAKE_HORIZON, advance_tasks, earliest_fire_at, lock_due_tasks,
     quarantine_task,
 };
-use crate::store::{self, TASKS_CHANNEL, map_db_error, notify_work, outbox};
+use crate::store::{self, TASKS_CHANNEL, map_db_error, notify_work_of, outbox};
 
 pub const LOOP_NAME: &str = "trigger";
 /// When a due task is held by another replica, wait this long before looking again.
@@ -229,17 +229,14 @@ impl TriggerLoop {
         let written = inserted.written(&rows);
         advance_tasks(&mut tx, &moves).await?;
         outbox::enqueue(&mut tx, &missed_events(&written, &not_recorded)).await?;
-        // Wake the long-polling claims of every agent that got claimable work.
-        let mut agents: Vec<&str> = written
+        // Wake the long-polling claims of every agent that got claimable work, as many as it
+        // got instances.
+        let agents: Vec<&str> = written
             .iter()
             .filter(|r| r.status == InstanceStatus::Pending)
             .map(|r| r.agent_id.as_str())
             .collect();
-        agents.sort_unstable();
-        agents.dedup();
-        for agent in agents {
-            notify_work(&mut tx, agent).await?;
-        }
+        notify_work_of(&mut tx, agents).await?;
         tx.commit().await.map_err(map_db_error)?;
 
         // Logged after commit, from the rows that really were written.

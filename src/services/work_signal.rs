@@ -3,11 +3,16 @@
 //! hold no database connection of their own: the number of connections stays bounded however
 //! many agents wait.
 //!
-//! Waiters of one agent do not wake as a herd. A notification wakes the agent's longest
-//! waiting request only; a waiter whose claim came back full passes the wake-up on to the next
-//! ([`Waiter::pass_on`]), so as many wake up as there is work for. A wake-up given to a request
-//! that goes away before using it moves on to the next waiter. The webhook dispatcher, one per
-//! process, subscribes to every notification over a broadcast channel.
+//! Waiters of one agent do not wake as a herd. A notification names the agent and how many
+//! instances became claimable (one unless the payload says more, [`parse_work_payload`]), and
+//! wakes that many of the agent's longest waiting requests at most. A waiter whose claim came
+//! back full passes the wake-up on to the next ([`Waiter::pass_on`]), so as many wake up as
+//! there is work for. Waking them together rather than one after another matters at the top of
+//! the minute: concurrent claims of one agent share claim rounds, so eight waiters woken at
+//! once pay for two rounds, where a chain of wake-ups paid for eight, one after the other. A
+//! wake-up given to a request that goes away before using it moves on to the next waiter. The
+//! webhook dispatcher, one per process, subscribes to every notification over a broadcast
+//! channel.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -20,7 +25,7 @@ use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use super::{error_backoff, error_chain};
-use crate::store::WORK_CHANNEL;
+use crate::store::{WORK_CHANNEL, parse_work_payload};
 
 /// Sent to every waiter when notifications may have been lost (listener reconnected): wake all.
 pub const WAKE_ALL: &str = "*";
@@ -97,7 +102,8 @@ impl WorkSignal {
     }
 
     /// A notification for `payload`: the dispatcher hears every one; of the agent's waiting
-    /// requests only the longest waiting wakes ([`WAKE_ALL`] wakes everyone).
+    /// requests, as many as the payload announces instances wake, the longest waiting first
+    /// ([`WAKE_ALL`] wakes everyone).
     fn notify(&self, payload: &str) {
         let _ = self.tx.send(payload.to_owned());
         let agents = self.agents.lock().unwrap_or_else(PoisonError::into_inner);
@@ -105,8 +111,14 @@ impl WorkSignal {
             for (notify, _) in agents.values() {
                 notify.notify_waiters();
             }
-        } else if let Some((notify, _)) = agents.get(payload) {
-            notify.notify_one();
+            return;
+        }
+        let (agent, count) = parse_work_payload(payload);
+        if let Some((notify, waiters)) = agents.get(agent) {
+            // Each call wakes one queued waiter (or leaves one wake-up for the next to wait).
+            for _ in 0..count.min(*waiters).max(1) {
+                notify.notify_one();
+            }
         }
     }
 

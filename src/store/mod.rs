@@ -51,13 +51,55 @@ pub async fn begin_hot(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx:
 
 /// Announce that `agent_id` may have claimable work, inside the caller's transaction.
 pub async fn notify_work(conn: &mut PgConnection, agent_id: &str) -> Result<()> {
+    notify_work_for(conn, agent_id, 1).await
+}
+
+/// Announce that `agent_id` has `count` instances newly claimable, inside the caller's
+/// transaction: the payload is [`work_payload`], so each replica wakes up to `count` of the
+/// agent's waiting claims at once instead of one after another.
+pub async fn notify_work_for(conn: &mut PgConnection, agent_id: &str, count: usize) -> Result<()> {
     sqlx::query("select pg_notify($1, $2)")
         .bind(WORK_CHANNEL)
-        .bind(agent_id)
+        .bind(work_payload(agent_id, count))
         .execute(&mut *conn)
         .await
         .map_err(map_db_error)?;
     Ok(())
+}
+
+/// Announce newly claimable instances, one agent id per instance: one notification per agent,
+/// carrying its count ([`notify_work_for`]).
+pub async fn notify_work_of(conn: &mut PgConnection, mut agents: Vec<&str>) -> Result<()> {
+    agents.sort_unstable();
+    for group in agents.chunk_by(|a, b| a == b) {
+        if let Some(agent) = group.first() {
+            notify_work_for(conn, agent, group.len()).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The payload of a `kairos_work` notification: the agent id, followed by a space and the
+/// number of newly claimable instances when there are more than one. Agent ids hold no
+/// spaces (they are names: letters, digits, `_`, `.`, `-`, `:`).
+pub fn work_payload(agent_id: &str, count: usize) -> String {
+    if count > 1 {
+        format!("{agent_id} {count}")
+    } else {
+        agent_id.to_owned()
+    }
+}
+
+/// The agent and instance count of a `kairos_work` payload ([`work_payload`]); a payload
+/// without a count announces one instance.
+pub fn parse_work_payload(payload: &str) -> (&str, usize) {
+    match payload.rsplit_once(' ') {
+        Some((agent, n)) => match n.parse::<usize>() {
+            Ok(n) if !agent.is_empty() => (agent, n.max(1)),
+            _ => (payload, 1),
+        },
+        None => (payload, 1),
+    }
 }
 
 /// ` and agent_id = $a` and ` and agent_id = any($b)`: a list's agent filter and a token's agent
@@ -290,6 +332,21 @@ pub async fn now(pool: &PgPool) -> Result<chrono::DateTime<chrono::Utc>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_work_payload_names_the_agent_and_how_many_instances() {
+        use super::{parse_work_payload, work_payload};
+        assert_eq!(work_payload("a", 1), "a");
+        assert_eq!(work_payload("a", 0), "a");
+        assert_eq!(work_payload("agent:1.x", 250), "agent:1.x 250");
+        assert_eq!(parse_work_payload("agent:1.x 250"), ("agent:1.x", 250));
+        assert_eq!(parse_work_payload("a"), ("a", 1));
+        assert_eq!(parse_work_payload("a 0"), ("a", 1));
+        // Not a count: the whole payload is the agent, as before counts existed.
+        assert_eq!(parse_work_payload("a b"), ("a b", 1));
+        assert_eq!(parse_work_payload(" 5"), (" 5", 1));
+        assert_eq!(parse_work_payload("*"), ("*", 1));
+    }
+
     use super::*;
 
     #[test]

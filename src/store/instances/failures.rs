@@ -14,7 +14,9 @@ use super::{
 use crate::domain::instance::{Event, Instance, InstanceStatus};
 use crate::domain::retry::{FailingAttempt, Failure, plan_failure};
 use crate::domain::task::RetryBackoff;
-use crate::store::{RUNNING_BY_ID, Result, SourceIs, circuit, map_db_error, notify_work, outbox};
+use crate::store::{
+    RUNNING_BY_ID, Result, SourceIs, circuit, map_db_error, notify_work_of, outbox,
+};
 
 /// `i.status = 'RUNNING'`: the rows the reaper locks are the sources of a failure.
 const RUNNING: SourceIs = SourceIs::new("i.status", Event::Fail { give_up: false });
@@ -229,12 +231,7 @@ pub async fn retry_due(conn: &mut PgConnection, limit: i64, actor: &str) -> Resu
     .fetch_all(&mut *conn)
     .await
     .map_err(map_db_error)?;
-    let mut agents: Vec<&str> = rows.iter().map(|r| r.3.as_str()).collect();
-    agents.sort_unstable();
-    agents.dedup();
-    for agent in agents {
-        notify_work(conn, agent).await?;
-    }
+    notify_work_of(conn, rows.iter().map(|r| r.3.as_str()).collect()).await?;
     Ok(rows
         .into_iter()
         .map(|(id, task_id, window_key, _, attempt)| Created {
