@@ -249,27 +249,49 @@ fn metric(name_and_labels: &str) -> u64 {
         .map_or(0, |v| v as u64)
 }
 
+/// `n` PENDING instances of `task` (agent `agent`) due now, then a `kairos_work` notification
+/// with `payload`.
+async fn due_now(app: &TestApp, task: &str, agent: &str, n: i32, payload: &str) {
+    sqlx::query(
+        "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, agent_id, max_attempts, available_at) \
+         select gen_random_uuid(), $1, 'm' || g, now(), 'PENDING', 'manual', $2, 3, now() from generate_series(1, $3) g",
+    )
+    .bind(task)
+    .bind(agent)
+    .bind(n)
+    .execute(&app.pool)
+    .await
+    .expect("insert");
+    sqlx::query("select pg_notify('kairos_work', $1)")
+        .bind(payload)
+        .execute(&app.pool)
+        .await
+        .expect("notify");
+}
+
+/// `n` long polls (8 s) of `agent` for up to `max` instances each; each answers how many it got.
+fn long_polls(app: &TestApp, agent: &str, n: usize, max: i64) -> tokio::task::JoinSet<usize> {
+    let mut waiters = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let client = app.client.clone();
+        let url = app.url("/v1/claims");
+        let body = json!({"agent_id": agent, "worker_id": format!("w{i}"), "max_instances": max, "wait_seconds": 8});
+        waiters.spawn(async move {
+            let resp = client.post(url).json(&body).send().await.expect("sent");
+            let body: serde_json::Value = resp.json().await.expect("json");
+            body["instances"].as_array().map_or(0, Vec::len)
+        });
+    }
+    waiters
+}
+
 #[sqlx::test]
 async fn waiters_of_one_agent_wake_only_as_many_as_there_is_work_for(pool: PgPool) {
     let _ = kairos::telemetry::metrics_handle();
     let app = TestApp::spawn(pool).await;
     manual_task(&app, "h", "herd").await;
     let empty = r#"kairos_claims_total{outcome="empty"}"#;
-    let mut waiters = tokio::task::JoinSet::new();
-    for i in 0..20 {
-        let client = app.client.clone();
-        let url = app.url("/v1/claims");
-        waiters.spawn(async move {
-            let resp = client
-                .post(url)
-                .json(&json!({"agent_id": "herd", "worker_id": format!("w{i}"), "max_instances": 1, "wait_seconds": 8}))
-                .send()
-                .await
-                .expect("sent");
-            let body: serde_json::Value = resp.json().await.expect("json");
-            body["instances"].as_array().map_or(0, Vec::len)
-        });
-    }
+    let mut waiters = long_polls(&app, "herd", 20, 1);
     eventually(Duration::from_secs(10), "20 waiters", || async {
         (metric(empty) >= 20).then_some(())
     })
@@ -295,17 +317,7 @@ async fn waiters_of_one_agent_wake_only_as_many_as_there_is_work_for(pool: PgPoo
 
     // Three instances in one transaction, one notification: a full claim passes the wake-up
     // on, so three waiters take one each and the fourth finds nothing.
-    sqlx::query(
-        "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, agent_id, max_attempts, available_at) \
-         select gen_random_uuid(), 'h', 'm' || g, now(), 'PENDING', 'manual', 'herd', 3, now() from generate_series(1, 3) g",
-    )
-    .execute(&app.pool)
-    .await
-    .expect("insert");
-    sqlx::query("select pg_notify('kairos_work', 'herd')")
-        .execute(&app.pool)
-        .await
-        .expect("notify");
+    due_now(&app, "h", "herd", 3, "herd").await;
     eventually(Duration::from_secs(5), "three more claimed", || async {
         (metric(r#"kairos_claims_total{outcome="claimed"}"#) >= 4).then_some(())
     })
@@ -329,21 +341,7 @@ async fn waiters_of_one_agent_wake_together_for_a_batch_of_work(pool: PgPool) {
     let _ = kairos::telemetry::metrics_handle();
     let app = TestApp::spawn(pool).await;
     manual_task(&app, "c", "crowd").await;
-    let mut waiters = tokio::task::JoinSet::new();
-    for i in 0..8 {
-        let client = app.client.clone();
-        let url = app.url("/v1/claims");
-        waiters.spawn(async move {
-            let resp = client
-                .post(url)
-                .json(&json!({"agent_id": "crowd", "worker_id": format!("w{i}"), "max_instances": 10, "wait_seconds": 8}))
-                .send()
-                .await
-                .expect("sent");
-            let body: serde_json::Value = resp.json().await.expect("json");
-            body["instances"].as_array().map_or(0, Vec::len)
-        });
-    }
+    let mut waiters = long_polls(&app, "crowd", 8, 10);
     eventually(Duration::from_secs(10), "8 waiters", || async {
         (metric("kairos_claim_waiters") >= 8).then_some(())
     })
@@ -352,18 +350,14 @@ async fn waiters_of_one_agent_wake_together_for_a_batch_of_work(pool: PgPool) {
 
     // 80 instances in one transaction, announced as such (the trigger's payload): the eight
     // waiters wake at once and share claim rounds, instead of waking one after another.
-    sqlx::query(
-        "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, agent_id, max_attempts, available_at) \
-         select gen_random_uuid(), 'c', 'm' || g, now(), 'PENDING', 'manual', 'crowd', 3, now() from generate_series(1, 80) g",
+    due_now(
+        &app,
+        "c",
+        "crowd",
+        80,
+        &kairos::store::work_payload("crowd", 80),
     )
-    .execute(&app.pool)
-    .await
-    .expect("insert");
-    sqlx::query("select pg_notify('kairos_work', $1)")
-        .bind(kairos::store::work_payload("crowd", 80))
-        .execute(&app.pool)
-        .await
-        .expect("notify");
+    .await;
     let mut got = Vec::new();
     while let Some(n) = waiters.join_next().await {
         got.push(n.expect("join"));
