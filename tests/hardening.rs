@@ -249,9 +249,10 @@ fn metric(name_and_labels: &str) -> u64 {
         .map_or(0, |v| v as u64)
 }
 
-/// `n` PENDING instances of `task` (agent `agent`) due now, then a `kairos_work` notification
-/// with `payload`.
-async fn due_now(app: &TestApp, task: &str, agent: &str, n: i32, payload: &str) {
+/// `n` PENDING instances of `task` (agent `agent`) due now, then `kairos_work` notifications
+/// with `payloads`, in one transaction.
+async fn due_now(app: &TestApp, task: &str, agent: &str, n: i32, payloads: &[String]) {
+    let mut tx = app.pool.begin().await.expect("begin");
     sqlx::query(
         "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, agent_id, max_attempts, available_at) \
          select gen_random_uuid(), $1, 'm' || g, now(), 'PENDING', 'manual', $2, 3, now() from generate_series(1, $3) g",
@@ -259,14 +260,15 @@ async fn due_now(app: &TestApp, task: &str, agent: &str, n: i32, payload: &str) 
     .bind(task)
     .bind(agent)
     .bind(n)
-    .execute(&app.pool)
+    .execute(&mut *tx)
     .await
     .expect("insert");
-    sqlx::query("select pg_notify('kairos_work', $1)")
-        .bind(payload)
-        .execute(&app.pool)
+    sqlx::query("select pg_notify('kairos_work', p) from unnest($1::text[]) as p")
+        .bind(payloads)
+        .execute(&mut *tx)
         .await
         .expect("notify");
+    tx.commit().await.expect("commit");
 }
 
 /// `n` long polls (8 s) of `agent` for up to `max` instances each; each answers how many it got.
@@ -317,7 +319,7 @@ async fn waiters_of_one_agent_wake_only_as_many_as_there_is_work_for(pool: PgPoo
 
     // Three instances in one transaction, one notification: a full claim passes the wake-up
     // on, so three waiters take one each and the fourth finds nothing.
-    due_now(&app, "h", "herd", 3, "herd").await;
+    due_now(&app, "h", "herd", 3, &["herd".to_owned()]).await;
     eventually(Duration::from_secs(5), "three more claimed", || async {
         (metric(r#"kairos_claims_total{outcome="claimed"}"#) >= 4).then_some(())
     })
@@ -355,7 +357,7 @@ async fn waiters_of_one_agent_wake_together_for_a_batch_of_work(pool: PgPool) {
         "c",
         "crowd",
         80,
-        &kairos::store::work_payload("crowd", 80),
+        &kairos::store::work_payloads("crowd", 80),
     )
     .await;
     let mut got = Vec::new();

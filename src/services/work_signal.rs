@@ -4,7 +4,7 @@
 //! many agents wait.
 //!
 //! Waiters of one agent do not wake as a herd. A notification names the agent and how many
-//! instances became claimable (one unless the payload says more, [`parse_work_payload`]), and
+//! of its waiting requests to wake (one, or `+n` more: [`crate::store::work_payloads`]), and
 //! wakes that many of the agent's longest waiting requests at most. A waiter whose claim came
 //! back full passes the wake-up on to the next ([`Waiter::pass_on`]), so as many wake up as
 //! there is work for. Waking them together rather than one after another matters at the top of
@@ -179,5 +179,42 @@ async fn sleep_or_stop(shutdown: &CancellationToken, d: Duration) -> bool {
     tokio::select! {
         _ = shutdown.cancelled() => true,
         _ = tokio::time::sleep(d) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    use super::WorkSignal;
+    use crate::store::work_payloads;
+
+    /// How many of `n` waiting claims of `agent` the `payloads` wake.
+    fn woken(n: usize, agent: &str, payloads: &[String]) -> usize {
+        let signal = WorkSignal::new();
+        let waiters: Vec<_> = (0..n).map(|_| signal.waiter(agent)).collect();
+        let mut futures: Vec<_> = waiters.iter().map(|w| Box::pin(w.notified())).collect();
+        for f in &mut futures {
+            f.as_mut().enable();
+        }
+        for p in payloads {
+            signal.notify(p);
+        }
+        let mut cx = Context::from_waker(Waker::noop());
+        futures
+            .iter_mut()
+            .map(|f| f.as_mut().poll(&mut cx))
+            .filter(Poll::is_ready)
+            .count()
+    }
+
+    #[test]
+    fn a_notification_wakes_as_many_waiters_as_it_announces_instances() {
+        assert_eq!(woken(8, "a", &work_payloads("a", 1)), 1);
+        assert_eq!(woken(8, "a", &work_payloads("a", 3)), 3);
+        assert_eq!(woken(8, "a", &work_payloads("a", 80)), 8);
+        // Another agent's work wakes nobody here.
+        assert_eq!(woken(8, "a", &work_payloads("b", 80)), 0);
     }
 }

@@ -55,19 +55,19 @@ pub async fn notify_work(conn: &mut PgConnection, agent_id: &str) -> Result<()> 
 }
 
 /// Announce that `agent_id` has `count` instances newly claimable, inside the caller's
-/// transaction: the payload is [`work_payload`], so each replica wakes up to `count` of the
+/// transaction: the payloads are [`work_payloads`], so each replica wakes up to `count` of the
 /// agent's waiting claims at once instead of one after another.
 pub async fn notify_work_for(conn: &mut PgConnection, agent_id: &str, count: usize) -> Result<()> {
-    sqlx::query("select pg_notify($1, $2)")
+    sqlx::query("select pg_notify($1, p) from unnest($2::text[]) as p")
         .bind(WORK_CHANNEL)
-        .bind(work_payload(agent_id, count))
+        .bind(work_payloads(agent_id, count))
         .execute(&mut *conn)
         .await
         .map_err(map_db_error)?;
     Ok(())
 }
 
-/// Announce newly claimable instances, one agent id per instance: one notification per agent,
+/// Announce newly claimable instances, one agent id per instance: one announcement per agent,
 /// carrying its count ([`notify_work_for`]).
 pub async fn notify_work_of(conn: &mut PgConnection, mut agents: Vec<&str>) -> Result<()> {
     agents.sort_unstable();
@@ -79,27 +79,27 @@ pub async fn notify_work_of(conn: &mut PgConnection, mut agents: Vec<&str>) -> R
     Ok(())
 }
 
-/// The payload of a `kairos_work` notification: the agent id, followed by a space and the
-/// number of newly claimable instances when there are more than one. Agent ids hold no
-/// spaces (they are names: letters, digits, `_`, `.`, `-`, `:`).
-pub fn work_payload(agent_id: &str, count: usize) -> String {
+/// The `kairos_work` payloads announcing `count` newly claimable instances of `agent_id`: the
+/// agent id, which wakes one waiting claim, and when there are more, `"{agent_id} +{n}"` for
+/// the other `n`. Agent ids hold no spaces (they are names: letters, digits, `_`, `.`, `-`,
+/// `:`). A replica that predates the count hears the first payload as before and finds no
+/// waiter for the second, so replicas of both versions can share a database.
+pub fn work_payloads(agent_id: &str, count: usize) -> Vec<String> {
+    let mut out = vec![agent_id.to_owned()];
     if count > 1 {
-        format!("{agent_id} {count}")
-    } else {
-        agent_id.to_owned()
+        out.push(format!("{agent_id} +{}", count - 1));
     }
+    out
 }
 
-/// The agent and instance count of a `kairos_work` payload ([`work_payload`]); a payload
-/// without a count announces one instance.
+/// The agent of a `kairos_work` payload ([`work_payloads`]) and how many of its waiting claims
+/// the payload wakes.
 pub fn parse_work_payload(payload: &str) -> (&str, usize) {
-    match payload.rsplit_once(' ') {
-        Some((agent, n)) => match n.parse::<usize>() {
-            Ok(n) if !agent.is_empty() => (agent, n.max(1)),
-            _ => (payload, 1),
-        },
-        None => (payload, 1),
-    }
+    let more = payload
+        .rsplit_once(' ')
+        .and_then(|(agent, n)| Some((agent, n.strip_prefix('+')?.parse::<usize>().ok()?)))
+        .filter(|(agent, n)| !agent.is_empty() && *n > 0);
+    more.unwrap_or((payload, 1))
 }
 
 /// ` and agent_id = $a` and ` and agent_id = any($b)`: a list's agent filter and a token's agent
@@ -333,17 +333,21 @@ pub async fn now(pool: &PgPool) -> Result<chrono::DateTime<chrono::Utc>> {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn a_work_payload_names_the_agent_and_how_many_instances() {
-        use super::{parse_work_payload, work_payload};
-        assert_eq!(work_payload("a", 1), "a");
-        assert_eq!(work_payload("a", 0), "a");
-        assert_eq!(work_payload("agent:1.x", 250), "agent:1.x 250");
-        assert_eq!(parse_work_payload("agent:1.x 250"), ("agent:1.x", 250));
+    fn work_payloads_name_the_agent_and_how_many_more_instances() {
+        use super::{parse_work_payload, work_payloads};
+        assert_eq!(work_payloads("a", 1), vec!["a"]);
+        assert_eq!(work_payloads("a", 0), vec!["a"]);
+        assert_eq!(
+            work_payloads("agent:1.x", 250),
+            vec!["agent:1.x", "agent:1.x +249"]
+        );
+        assert_eq!(parse_work_payload("agent:1.x +249"), ("agent:1.x", 249));
         assert_eq!(parse_work_payload("a"), ("a", 1));
-        assert_eq!(parse_work_payload("a 0"), ("a", 1));
         // Not a count: the whole payload is the agent, as before counts existed.
+        assert_eq!(parse_work_payload("a +0"), ("a +0", 1));
+        assert_eq!(parse_work_payload("a 5"), ("a 5", 1));
         assert_eq!(parse_work_payload("a b"), ("a b", 1));
-        assert_eq!(parse_work_payload(" 5"), (" 5", 1));
+        assert_eq!(parse_work_payload(" +5"), (" +5", 1));
         assert_eq!(parse_work_payload("*"), ("*", 1));
     }
 
