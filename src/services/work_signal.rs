@@ -116,7 +116,7 @@ impl WorkSignal {
         let (agent, count) = parse_work_payload(payload);
         if let Some((notify, waiters)) = agents.get(agent) {
             // Each call wakes one queued waiter (or leaves one wake-up for the next to wait).
-            for _ in 0..count.min(*waiters).max(1) {
+            for _ in 0..count.min(*waiters) {
                 notify.notify_one();
             }
         }

@@ -15,7 +15,7 @@ use super::{
     unfinished_windows,
 };
 use crate::domain::instance::{Event, Instance, InstanceStatus, Source, legal_sources};
-use crate::store::{Error, Result, map_db_error, notify_work};
+use crate::store::{Error, Result, map_db_error, notify_work_for};
 
 /// What a backfill did (or, in a dry run, would do) to each window.
 #[derive(Debug, Clone, Default)]
@@ -247,8 +247,9 @@ pub async fn backfill(
             }
             report.reprocessed = retried.len();
         }
-        if report.created > report.skipped || report.reprocessed > 0 {
-            notify_work(&mut tx, &spec.agent_id).await?;
+        let claimable = report.created.saturating_sub(report.skipped) + report.reprocessed;
+        if claimable > 0 {
+            notify_work_for(&mut tx, &spec.agent_id, claimable).await?;
         }
         tx.commit().await.map_err(map_db_error)?;
     } else {

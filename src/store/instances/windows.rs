@@ -16,7 +16,7 @@ use super::{
 use crate::domain::instance::{
     Event, Instance, InstanceStatus, Source, legal_sources, result_digest,
 };
-use crate::store::{Error, Result, map_db_error, notify_work};
+use crate::store::{Error, Result, map_db_error, notify_work, notify_work_of};
 
 /// A window to insert.
 #[derive(Debug, Clone)]
@@ -330,12 +330,7 @@ pub(super) async fn trigger_dependents(
     .fetch_all(&mut *conn)
     .await
     .map_err(map_db_error)?;
-    let mut agents: Vec<&str> = created.iter().map(|c| c.2.as_str()).collect();
-    agents.sort_unstable();
-    agents.dedup();
-    for agent in agents {
-        notify_work(conn, agent).await?;
-    }
+    notify_work_of(conn, created.iter().map(|c| c.2.as_str()).collect()).await?;
     for (id, task_id, _) in &created {
         tracing::info!(task_id = %task_id, window_key = %upstream.window_key, instance_id = %id, upstream_task_id = %upstream.task_id, upstream_instance_id = %upstream.id, "dependent window materialised");
     }
