@@ -272,7 +272,10 @@ async fn a_stored_trigger_or_execution_that_no_longer_parses_pauses_only_its_tas
         .await
         .expect("spoil the spec");
     }
-    sqlx::query("update task_cursor set next_fire_at = now() - interval '1 second'")
+    // A point of the tasks' one-minute grid (it starts at the Unix epoch): the next point is
+    // after now, so the pass owes exactly one window. `now() - 1 second` owed two whenever a
+    // minute boundary fell within the last second.
+    sqlx::query("update task_cursor set next_fire_at = date_trunc('minute', now())")
         .execute(&pool)
         .await
         .expect("rewind");
