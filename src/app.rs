@@ -67,6 +67,9 @@ impl Options {
     pub fn from_config(cfg: &Config) -> anyhow::Result<Self> {
         let tokens =
             Tokens::parse(&cfg.auth_tokens.0).map_err(|e| anyhow::anyhow!("auth_tokens: {e}"))?;
+        for label in tokens.short_ones() {
+            tracing::warn!(role = %label, min_chars = crate::domain::access::RECOMMENDED_TOKEN_CHARS, "an auth token is short and easy to guess; use a long random one");
+        }
         Ok(Self {
             node_id: cfg.node_id.clone(),
             max_body_bytes: cfg.max_body_bytes,

@@ -540,9 +540,9 @@ mod tests {
         );
         let err = load(&[
             ("KAIROS_CONFIG", "config/kairos.toml"),
-            ("KAIROS_AUTH_TOKENS", "x:admin"),
+            ("KAIROS_AUTH_TOKENS", "x:superuser"),
         ])
-        .expect_err("short token");
+        .expect_err("unknown role");
         assert!(err.to_string().contains("auth_tokens"), "{err}");
     }
 

@@ -148,6 +148,13 @@ fn cron_next(expr: &str, timezone: &str, count: u16, from: Option<&str>) -> Exit
             }
         },
     };
+    // An expression that never fires is refused here as by the API (CONTRACT §8).
+    if count > 0
+        && let Err(e) = schedule.first_fire_after(cursor)
+    {
+        eprintln!("kairos: {}", e.message);
+        return ExitCode::from(2);
+    }
     for _ in 0..count {
         match schedule.next_after(cursor) {
             Some(t) => {

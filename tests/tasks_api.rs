@@ -378,3 +378,96 @@ async fn integral_numbers_count_as_integers_as_json_schema_counts_them(pool: PgP
     assert_eq!(status, 422, "{problem}");
     assert_eq!(problem["errors"][0]["field"], "execution.timeout_seconds");
 }
+
+#[sqlx::test]
+async fn a_window_key_that_is_an_instant_names_one_window_however_it_is_spelled(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put(
+        "/v1/tasks/rerun",
+        json!({"agent_id": "a", "trigger": {"type": "manual"}}),
+    )
+    .await;
+    let (status, first) = json(
+        app.post(
+            "/v1/tasks/rerun/trigger",
+            json!({"window_key": "2026-12-01T08:00:00+08:00"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{first}");
+    assert_eq!(first["window_key"], "2026-12-01T00:00:00Z");
+    assert_eq!(first["idempotency_key"], "rerun:2026-12-01T00:00:00Z");
+    for spelling in [
+        "2026-12-01T00:00:00Z",
+        "2026-12-01T00:00:00+00:00",
+        "2026-12-01T00:00:00.000Z",
+        "2026-12-01t00:00:00z",
+    ] {
+        let (status, again) = json(
+            app.post("/v1/tasks/rerun/trigger", json!({"window_key": spelling}))
+                .await,
+        )
+        .await;
+        assert_eq!(status, 200, "{spelling}: {again}");
+        assert_eq!(again["id"], first["id"], "{spelling}");
+    }
+    // A fraction of a second is another instant, kept in the key; other keys stay as given.
+    let (status, frac) = json(
+        app.post(
+            "/v1/tasks/rerun/trigger",
+            json!({"window_key": "2026-12-01T08:00:00.5+08:00"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{frac}");
+    assert_eq!(frac["window_key"], "2026-12-01T00:00:00.500Z");
+    let (status, free) = json(
+        app.post("/v1/tasks/rerun/trigger", json!({"window_key": "Batch 7"}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{free}");
+    assert_eq!(free["window_key"], "Batch 7");
+    assert_eq!(common::windows(&pool, "rerun").await.len(), 3);
+}
+
+#[sqlx::test]
+async fn an_instance_of_a_deleted_task_is_not_retried_into_work_nothing_can_claim(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put(
+        "/v1/tasks/gone",
+        json!({"agent_id": "a", "trigger": {"type": "manual"}}),
+    )
+    .await;
+    let (_, inst) = json(app.post("/v1/tasks/gone/trigger", json!({})).await).await;
+    let id = inst["id"].as_str().expect("id").to_owned();
+    let resp = app.request(Method::DELETE, "/v1/tasks/gone", None).await;
+    assert_eq!(resp.status().as_u16(), 204);
+    let (status, refused) = json(
+        app.post(&format!("/v1/instances/{id}/retry"), json!({"reason": "x"}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(
+        refused["detail"].as_str().unwrap_or("").contains("deleted"),
+        "{refused}"
+    );
+    let (_, after) = json(app.get(&format!("/v1/instances/{id}")).await).await;
+    assert_eq!(after["status"], "CANCELLED", "nothing was written");
+    // Registered again, the task's history can be retried.
+    app.put(
+        "/v1/tasks/gone",
+        json!({"agent_id": "a", "trigger": {"type": "manual"}}),
+    )
+    .await;
+    let (status, retried) = json(
+        app.post(&format!("/v1/instances/{id}/retry"), json!({"reason": "x"}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{retried}");
+    assert_eq!(retried["status"], "PENDING");
+}

@@ -97,14 +97,18 @@ impl Principal {
 }
 
 /// `scheme://host[:port]/***`: a URL without its user info, path and query, for principals who
-/// may not see them. Not a URL at all: `***`.
+/// may not see them. The host is the one the outbound client would connect to: the URL is
+/// parsed by the same parser, which reads `\` as `/` in `http` URLs, so no spelling of a path
+/// passes for part of the host. Not a URL at all: `***`.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
+    let Ok(parsed) = reqwest::Url::parse(url) else {
         return "***".to_owned();
     };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    format!("{scheme}://{host}/***")
+    match (parsed.host_str(), parsed.port()) {
+        (Some(host), Some(port)) => format!("{}://{host}:{port}/***", parsed.scheme()),
+        (Some(host), None) => format!("{}://{host}/***", parsed.scheme()),
+        (None, _) => "***".to_owned(),
+    }
 }
 
 /// What a request does, as far as access control is concerned.
@@ -145,7 +149,13 @@ pub fn allows(role: Role, action: Action) -> bool {
     )
 }
 
+/// Tokens shorter than this are accepted (the contract's own examples are), but the daemon
+/// warns at start: a short token is easy to guess.
+pub const RECOMMENDED_TOKEN_CHARS: usize = 16;
+
 struct TokenEntry {
+    /// Shorter than [`RECOMMENDED_TOKEN_CHARS`].
+    short: bool,
     digest: [u8; 32],
     principal: Principal,
 }
@@ -185,11 +195,8 @@ impl Tokens {
             let token = parts.next().unwrap_or("");
             let role = parts.next().unwrap_or("");
             let agents = parts.next();
-            if token.len() < 8 {
-                return Err(format!(
-                    "entry {}: the token must be at least 8 characters",
-                    n + 1
-                ));
+            if token.is_empty() {
+                return Err(format!("entry {}: the token is empty", n + 1));
             }
             let role = match role {
                 "admin" => Role::Admin,
@@ -228,6 +235,7 @@ impl Tokens {
                 None => role.as_str().to_owned(),
             };
             out.push(TokenEntry {
+                short: token.chars().count() < RECOMMENDED_TOKEN_CHARS,
                 digest: digest(token),
                 principal: Principal {
                     role,
@@ -245,6 +253,16 @@ impl Tokens {
 
     pub fn len(&self) -> usize {
         self.0.len()
+    }
+
+    /// The labels (role and agent limit, never the token) of tokens shorter than
+    /// [`RECOMMENDED_TOKEN_CHARS`], in configuration order.
+    pub fn short_ones(&self) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|e| e.short)
+            .map(|e| e.principal.label.as_str())
+            .collect()
     }
 
     /// The principal of a presented token, comparing against every entry.
@@ -273,6 +291,16 @@ mod redaction_tests {
         assert_eq!(redact_url("http://10.0.0.1"), "http://10.0.0.1/***");
         assert_eq!(redact_url("http://h?token=1"), "http://h/***");
         assert_eq!(redact_url("not a url"), "***");
+        // The parser that sends the request reads `\` as a path separator: so does this.
+        assert_eq!(
+            redact_url("http://127.0.0.1:18129\\ok\\SECRET?q=SECRETQ"),
+            "http://127.0.0.1:18129/***"
+        );
+        assert_eq!(redact_url("http://[::1]:80/x"), "http://[::1]/***");
+        assert_eq!(
+            redact_url("http://[fd00::1]:8080/x"),
+            "http://[fd00::1]:8080/***"
+        );
     }
 }
 
@@ -302,6 +330,18 @@ mod tests {
         assert!(t.authenticate("").is_none());
         let viewer = t.authenticate("v1ewer-token").expect("viewer");
         assert!(!viewer.may_act_for_all() && !viewer.may_act_for("report_agent"));
+        // The contract's example list: short tokens work, and are reported (by role, never by
+        // token) so the daemon can warn.
+        let example = Tokens::parse("s3cr3t:admin,a9ent:agent:report_agent|ops_agent,v1ew:viewer")
+            .expect("the contract's example");
+        assert_eq!(
+            example.authenticate("a9ent").map(|p| p.role),
+            Some(Role::Agent)
+        );
+        assert_eq!(
+            example.short_ones(),
+            ["admin", "agent[report_agent|ops_agent]", "viewer"]
+        );
         let any = Tokens::parse("any-agent-token:agent").expect("valid");
         let any = any.authenticate("any-agent-token").expect("agent");
         assert!(any.may_act_for_all() && any.may_act_for("whoever"));
@@ -310,7 +350,7 @@ mod tests {
     #[test]
     fn bad_token_lists_are_refused_without_echoing_tokens() {
         for bad in [
-            "short:admin",
+            ":admin",
             "longenough:root",
             "longenough:viewer:a",
             "longenough:agent:",

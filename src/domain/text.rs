@@ -119,3 +119,12 @@ mod tests {
         assert!(cut.len() < MAX_ERROR_LEN);
     }
 }
+
+/// `"a"` or `"an"` for `word`, by its first letter (enough for kairos's own words: roles,
+/// trigger types).
+pub fn article(word: &str) -> &'static str {
+    match word.chars().next().map(|c| c.to_ascii_lowercase()) {
+        Some('a' | 'e' | 'i' | 'o' | 'u') => "an",
+        _ => "a",
+    }
+}

@@ -60,7 +60,8 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     if !allows(principal.role, action) {
         tracing::warn!(principal = %principal.label, method = %req.method(), path = %path, reason = "role does not allow this", "request forbidden");
         return ApiError::Forbidden(format!(
-            "a {} token may not {} {}",
+            "{} {} token may not {} {}",
+            crate::domain::text::article(principal.role.as_str()),
             principal.role.as_str(),
             req.method(),
             path

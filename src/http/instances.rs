@@ -73,7 +73,11 @@ pub(crate) fn parse_cursor(raw: &str) -> Result<(DateTime<Utc>, Uuid), ApiError>
     let text = decode_cursor(raw)?;
     let (micros, id) = text.split_once('|').ok_or_else(bad)?;
     let micros: i64 = micros.parse().map_err(|_| bad())?;
-    let at = DateTime::<Utc>::from_timestamp_micros(micros).ok_or_else(bad)?;
+    // Windows are RFC 3339 instants (years 0–9999); anything else was not issued here, and
+    // PostgreSQL could not even compare it.
+    let at = DateTime::<Utc>::from_timestamp_micros(micros)
+        .filter(|t| (0..=9999).contains(&chrono::Datelike::year(t)))
+        .ok_or_else(bad)?;
     let id = Uuid::parse_str(id).map_err(|_| bad())?;
     Ok((at, id))
 }

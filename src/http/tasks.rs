@@ -354,14 +354,18 @@ async fn preview_cron(
     let count = q.int("count", 10, 1, MAX_PREVIEW_COUNT)?;
     let schedule =
         CronSchedule::parse(expr, timezone).map_err(|e| ApiError::invalid(e.field, e.message))?;
-    let from = match q.timestamp("from")? {
-        Some(f) => f,
-        None => store::now(&state.pool).await?,
-    };
-    // An expression that never fires is refused here as at registration.
-    let first = schedule
-        .first_fire_after(from)
-        .map_err(|e| ApiError::invalid(e.field, e.message))?;
+    let now = store::now(&state.pool).await?;
+    let given = q.timestamp("from")?;
+    let from = given.unwrap_or(now);
+    // An expression that never fires is refused here as at registration. One that fires, only
+    // not within the search horizon after a far `from`, blames `from`.
+    let first = schedule.first_fire_after(from).map_err(|e| {
+        if given.is_some() && schedule.first_fire_after(now).is_ok() {
+            ApiError::invalid("from", e.message)
+        } else {
+            ApiError::invalid(e.field, e.message)
+        }
+    })?;
     let mut out = vec![format_instant(first)];
     let mut cursor = first;
     while (out.len() as i64) < count {
@@ -412,6 +416,19 @@ fn check_retention(
     ))
 }
 
+/// The one spelling of a window key that is an RFC 3339 instant: the schedule's own
+/// (`2026-11-29T00:30:00Z`), or with its fraction of a second when it has one. `None` for any
+/// other key (kept as given). Without this, `…T08:00:00+08:00` and `…T00:00:00.000Z` would be
+/// new windows beside `…T00:00:00Z`, and run a window that already ran.
+fn canonical_window_key(key: &str) -> Option<String> {
+    let at = DateTime::parse_from_rfc3339(key).ok()?.with_timezone(&Utc);
+    if chrono::Timelike::nanosecond(&at) == 0 {
+        Some(window_key(at))
+    } else {
+        Some(at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
+    }
+}
+
 async fn trigger_task(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -427,6 +444,8 @@ async fn trigger_task(
             "must be 1-256 characters without control characters",
         ));
     }
+    // A key that is an instant names that window however it is spelled.
+    let window_key = window_key.map(|k| canonical_window_key(&k).unwrap_or(k));
     let delay_seconds = match m.get("delay_seconds") {
         None | Some(Value::Null) => None,
         Some(_) => Some(int_field(&m, "delay_seconds", 0, 0, MAX_DELAY_SECONDS)?),

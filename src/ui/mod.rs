@@ -326,7 +326,8 @@ impl axum::extract::FromRequest<AppState> for AdminForm {
         if !session.is_admin() {
             tracing::warn!(principal = %session.principal.label, path = %path, reason = "role does not allow this", "console action refused");
             return Err(UiError::forbidden(format!(
-                "a {} token may only read",
+                "{} {} token may only read",
+                crate::domain::text::article(session.principal.role.as_str()),
                 session.principal.role.as_str()
             )));
         }

@@ -124,9 +124,10 @@ pub async fn backfill(
         .map_err(|e| Error::Corrupt(e.to_string()))?;
     if matches!(schedule, Schedule::None) {
         return Err(Error::Invalid(FieldError::new(
-            "",
+            "trigger.type",
             format!(
-                "a {} task has no schedule to backfill; use POST /v1/tasks/{task_id}/trigger",
+                "{} {} task has no schedule to backfill; use POST /v1/tasks/{task_id}/trigger",
+                crate::domain::text::article(spec.trigger.type_name()),
                 spec.trigger.type_name()
             ),
         )));

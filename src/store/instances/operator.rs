@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::windows::{CancelScope, cancel_where};
 use super::{INSTANCE_COLUMNS, InstanceRow, illegal_error, status_names};
 use crate::domain::instance::{Event, Instance, legal_sources};
-use crate::store::{Result, map_db_error, notify_work};
+use crate::store::{Error, Result, map_db_error, notify_work};
 
 /// The operator-retry write after a CTE `old (id, status)` of locked rows: PENDING with one
 /// more attempt allowed, claimable now, its event by actor `$3` with reason `$4`. Follow it
@@ -27,7 +27,10 @@ pub(super) const OPERATOR_RETRY_SQL: &str = "upd as ( \
      ) ";
 
 /// Operator retry: DEAD, FAILED, CANCELLED or SKIPPED → PENDING, one more attempt allowed,
-/// claimable now.
+/// claimable now. An instance whose task was deleted is refused (409): nothing could claim it,
+/// and a task registered later under the same id would run it under another definition. The
+/// task row is share-locked, so a concurrent DELETE waits for the retry (and then cancels the
+/// retried instance) or wins before it.
 pub async fn operator_retry(
     pool: &PgPool,
     id: Uuid,
@@ -38,7 +41,9 @@ pub async fn operator_retry(
     let mut tx = pool.begin().await.map_err(map_db_error)?;
     let row: Option<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "with old as ( \
-             select id, status from task_instance where id = $1 and status = any($2) for update \
+             select i.id, i.status from task_instance i join tasks t on t.id = i.task_id \
+             where i.id = $1 and i.status = any($2) \
+             for update of i for key share of t \
          ), {OPERATOR_RETRY_SQL} \
          select {INSTANCE_COLUMNS} from upd"
     )))
@@ -51,7 +56,13 @@ pub async fn operator_retry(
     .map_err(map_db_error)?;
     let Some(row) = row else {
         drop(tx);
-        return Err(illegal_error(pool, id).await);
+        return Err(match super::get_instance(pool, id).await {
+            Ok(i) if from.iter().any(|s| *s == i.status.as_str()) => Error::Conflict(format!(
+                "instance {id} cannot be retried: its task {} was deleted (register the task again to run its windows)",
+                i.task_id
+            )),
+            _ => illegal_error(pool, id).await,
+        });
     };
     let inst: Instance = row.try_into()?;
     notify_work(&mut tx, &inst.agent_id).await?;
