@@ -61,6 +61,15 @@ pub fn bound_error(error: &str) -> String {
     format!("{}...", &error[..end])
 }
 
+/// `"a"` or `"an"` for `word`, by its first letter (enough for kairos's own words: roles,
+/// trigger types).
+pub fn article(word: &str) -> &'static str {
+    match word.chars().next().map(|c| c.to_ascii_lowercase()) {
+        Some('a' | 'e' | 'i' | 'o' | 'u') => "an",
+        _ => "a",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,13 +127,12 @@ mod tests {
         assert_eq!(cut, format!("{}...", "a".repeat(MAX_ERROR_LEN - 4)));
         assert!(cut.len() < MAX_ERROR_LEN);
     }
-}
 
-/// `"a"` or `"an"` for `word`, by its first letter (enough for kairos's own words: roles,
-/// trigger types).
-pub fn article(word: &str) -> &'static str {
-    match word.chars().next().map(|c| c.to_ascii_lowercase()) {
-        Some('a' | 'e' | 'i' | 'o' | 'u') => "an",
-        _ => "a",
+    #[test]
+    fn articles_follow_the_first_letter() {
+        assert_eq!(super::article("agent"), "an");
+        assert_eq!(super::article("after"), "an");
+        assert_eq!(super::article("viewer"), "a");
+        assert_eq!(super::article("manual"), "a");
     }
 }
