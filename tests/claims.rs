@@ -1016,3 +1016,57 @@ async fn an_attempt_given_back_with_retry_at_once_is_claimable_without_the_backo
     .await;
     assert_eq!((status, answer["status"].as_str()), (200, Some("DEAD")));
 }
+
+/// Claims sent at the same moment, `max_instances` 1 each, spread over `apps`; the instances
+/// they got.
+async fn claim_together(apps: &[&TestApp], agent: &str, n: usize) -> Vec<String> {
+    let client = reqwest::Client::new();
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(n));
+    let mut set = tokio::task::JoinSet::new();
+    for k in 0..n {
+        let url = apps[k % apps.len()].url("/v1/claims");
+        let body = json!({"agent_id": agent, "worker_id": format!("w{k}"), "max_instances": 1});
+        let (client, start) = (client.clone(), start.clone());
+        set.spawn(async move {
+            start.wait().await;
+            let resp = client.post(url).json(&body).send().await.expect("claim");
+            assert_eq!(resp.status().as_u16(), 200);
+            let v: Value = resp.json().await.expect("claim body");
+            v["instances"].as_array().cloned().unwrap_or_default()
+        });
+    }
+    set.join_all()
+        .await
+        .into_iter()
+        .flatten()
+        .map(|i| id_of(&i))
+        .collect()
+}
+
+#[sqlx::test]
+async fn claims_sent_together_take_every_waiting_instance_between_them(pool: PgPool) {
+    // A claim locks what it reads until it commits; a claim that read more than it took hid
+    // the rest from the claims beside it, which answered [] with work waiting (CONTRACT §8:
+    // a claim returns claimable work whenever the agent has any).
+    let app = TestApp::spawn(pool.clone()).await;
+    let other = TestApp::spawn(pool.clone()).await;
+    manual_task(&app, "one", "crowd", json!({"concurrency_limit": 100})).await;
+    for (round, apps) in [(0, vec![&app]), (1, vec![&app, &other])] {
+        for n in [2usize, 8, 2, 8, 2, 8] {
+            for _ in 0..n {
+                let (status, _) = json(app.post("/v1/tasks/one/trigger", json!({})).await).await;
+                assert_eq!(status, 201);
+            }
+            let got = claim_together(&apps, "crowd", n).await;
+            let distinct: HashSet<&String> = got.iter().collect();
+            assert_eq!(distinct.len(), got.len(), "an instance was claimed twice");
+            assert_eq!(
+                got.len(),
+                n,
+                "round {round}: {n} claims sent together over {} replica(s) took {} of {n} waiting instances",
+                apps.len(),
+                got.len()
+            );
+        }
+    }
+}

@@ -339,10 +339,12 @@ async fn pick(
 ) -> Result<(Vec<Chosen>, bool)> {
     let mut head_unsettled = false;
     if let (ClaimScope::Agent { agent_id, .. }, HeadRead::Try) = (scope, head_read) {
-        // The head: as many rows as the claim takes (a few more for tiny claims). Every row read
-        // is locked until the claim commits, so reading more only hides rows from other
-        // claimers; when the head cannot settle the pick, the per-task look below takes over.
-        let scan = max.max(8);
+        // The head: exactly as many rows as the claim takes. Every row read is locked until
+        // the claim commits, so a row read and not taken is hidden from every other claimer:
+        // a head of eight for a claim of one left a concurrent claim empty-handed while seven
+        // instances waited. When the head cannot settle the pick (its task has no room, or the
+        // claim would take a task's second row), the per-task look below takes over.
+        let scan = max;
         let head = read_head(conn, agent_id, scan).await?;
         let cands: Vec<Candidate<Uuid>> = head.iter().map(CandidateRow::candidate).collect();
         let p = fair_pick(&cands, max);
