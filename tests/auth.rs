@@ -158,16 +158,36 @@ async fn roles_limit_what_a_token_may_do(pool: PgPool) {
     .await;
     assert_eq!(status, 200);
     let a = &a_claim["instances"][0];
-    let path = format!("/v1/instances/{}/complete", a["id"].as_str().unwrap_or(""));
-    let (status, _) = call(
+    // In a batch each item is answered on its own (CONTRACT §8): agent B's item is refused
+    // without naming agent B, A's own item completes, and A's item listed again gets the 409
+    // a second complete would.
+    let item = |i: &Value| json!({"id": i["id"], "lease_token": i["lease_token"]});
+    let (status, batch) = call(
         &app,
         Some(AGENT_A),
         Method::POST,
-        &path,
-        Some(json!({"lease_token": a["lease_token"]})),
+        "/v1/completions",
+        Some(json!({"completions": [item(b), item(a), item(a)]})),
     )
     .await;
-    assert_eq!(status, 200);
+    assert_eq!(status, 200, "{batch}");
+    let answers: Vec<u64> = batch["results"]
+        .as_array()
+        .map(|r| r.iter().filter_map(|x| x["status"].as_u64()).collect())
+        .unwrap_or_default();
+    assert_eq!(answers, [403, 200, 409], "{batch}");
+    let refusal = batch["results"][0]["detail"].as_str().unwrap_or("");
+    assert!(!refusal.contains("agent_b"), "{refusal}");
+    assert_eq!(batch["results"][1]["instance"]["status"], "SUCCESS");
+    let (_, b_now) = call(
+        &app,
+        Some(ADMIN),
+        Method::GET,
+        &format!("/v1/instances/{}", b["id"].as_str().unwrap_or("")),
+        None,
+    )
+    .await;
+    assert_eq!(b_now["status"], "RUNNING", "the refused item wrote nothing");
     // Operator actions are admin only.
     let path = format!("/v1/instances/{}/retry", a["id"].as_str().unwrap_or(""));
     let (status, _) = call(&app, Some(AGENT_A), Method::POST, &path, Some(json!({}))).await;

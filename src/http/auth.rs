@@ -144,6 +144,23 @@ pub fn check_agent(principal: &Principal, agent_id: &str) -> Result<(), ApiError
     }
 }
 
+/// Like [`check_agent`], for a write to instance `id` of `agent_id`: the refusal does not name
+/// the agent, which the token may not read (CONTRACT §8, scoped reads).
+pub fn check_instance_agent(
+    principal: &Principal,
+    id: uuid::Uuid,
+    agent_id: &str,
+) -> Result<(), ApiError> {
+    if principal.may_act_for(agent_id) {
+        Ok(())
+    } else {
+        tracing::warn!(principal = %principal.label, agent_id = %agent_id, instance_id = %id, reason = "token not valid for the instance's agent", "request forbidden");
+        Err(ApiError::Forbidden(format!(
+            "instance {id} belongs to an agent this token may not act for"
+        )))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::is_loopback_authority;

@@ -1,5 +1,7 @@
 //! `/v1/instances`: the operators' view of windows and their history.
 
+use std::collections::HashMap;
+
 use axum::Json;
 use axum::extract::{Extension, Path, State};
 use axum::routing::{get, post};
@@ -7,7 +9,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::auth::check_agent;
+use super::auth::check_instance_agent;
 use super::error::ApiError;
 use super::extract::{
     JsonBody, QueryParams, body_object, decode_cursor, encode_cursor, int_field, lease_token_field,
@@ -219,7 +221,7 @@ async fn scoped_lease_holder(
     let inst = store_instances::get_instance(&state.pool, id)
         .await
         .map_err(|e| not_found_instance(e, &id))?;
-    check_agent(principal, &inst.agent_id)
+    check_instance_agent(principal, id, &inst.agent_id)
 }
 
 async fn fail(
@@ -357,8 +359,11 @@ enum BatchItem {
     },
 }
 
-/// Complete many instances in one request and one database commit. Each item is fenced on its
-/// own: the answer lists, per item, `200` with the instance, `409` for a stale lease or `404`.
+/// Complete many instances in one request and one database commit. Each item is its own
+/// compare-and-swap, answered on its own (CONTRACT §8): `200` with the instance, `409` for a
+/// stale lease, `404` for an unknown instance, `403` for an instance of an agent the token may
+/// not act for. An instance listed twice is completed once: its later items get the answer a
+/// second `complete` would (`409` after a success, else the first item's answer).
 async fn complete_batch(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
@@ -413,12 +418,6 @@ async fn complete_batch(
                 )));
             }
         }
-        if items
-            .iter()
-            .any(|c: &store_instances::Completion| c.id == id)
-        {
-            return Err(ApiError::invalid(field("id"), "lists an instance twice"));
-        }
         items.push(store_instances::Completion {
             id,
             lease_token,
@@ -426,35 +425,73 @@ async fn complete_batch(
             actor: None,
         });
     }
+    // Per item, before any write: refused for the token's scope, or the position of the
+    // earlier item naming the same instance.
+    let mut refused: HashMap<Uuid, ApiError> = HashMap::new();
     if !principal.may_act_for_all() {
         let ids: Vec<Uuid> = items.iter().map(|c| c.id).collect();
         for (id, agent) in store_instances::agents_of(&state.pool, &ids).await? {
-            check_agent(&principal, &agent).map_err(|e| match e {
-                ApiError::Forbidden(m) => ApiError::Forbidden(format!("instance {id}: {m}")),
-                other => other,
-            })?;
+            if let Err(e) = check_instance_agent(&principal, id, &agent) {
+                refused.insert(id, e);
+            }
         }
     }
+    let mut first_of: HashMap<Uuid, usize> = HashMap::new();
+    let mut earlier: Vec<Option<usize>> = Vec::with_capacity(items.len());
+    for (n, c) in items.iter().enumerate() {
+        earlier.push(first_of.get(&c.id).copied());
+        first_of.entry(c.id).or_insert(n);
+    }
     let ids: Vec<Uuid> = items.iter().map(|c| c.id).collect();
-    let outcomes = state.group.complete_all(items).await?;
-    let results: Vec<BatchItem> = ids
-        .iter()
-        .zip(outcomes)
-        .map(|(id, outcome)| match outcome {
-            Ok(instance) => BatchItem::Done {
-                id: *id,
-                status: 200,
-                instance: Box::new(instance),
-            },
-            Err(e) => {
-                let e = not_found_instance(e, id);
-                BatchItem::Refused {
-                    id: *id,
-                    status: e.status().as_u16(),
-                    detail: e.detail(),
-                }
-            }
-        })
+    let written: Vec<store_instances::Completion> = items
+        .into_iter()
+        .zip(&earlier)
+        .filter(|(c, e)| e.is_none() && !refused.contains_key(&c.id))
+        .map(|(c, _)| c)
         .collect();
+    let mut outcomes = state.group.complete_all(written).await?.into_iter();
+    let mut results: Vec<BatchItem> = Vec::with_capacity(ids.len());
+    for (n, id) in ids.iter().enumerate() {
+        let item = if let Some(e) = refused.get(id) {
+            refused_item(*id, e)
+        } else if let Some(first) = earlier[n] {
+            match &results[first] {
+                BatchItem::Done { instance, .. } => refused_item(
+                    *id,
+                    &ApiError::Conflict(format!(
+                        "instance {id} is listed earlier in this batch and was completed there (now {})",
+                        instance.status.as_str()
+                    )),
+                ),
+                BatchItem::Refused { status, detail, .. } => BatchItem::Refused {
+                    id: *id,
+                    status: *status,
+                    detail: detail.clone(),
+                },
+            }
+        } else {
+            match outcomes.next() {
+                Some(Ok(instance)) => BatchItem::Done {
+                    id: *id,
+                    status: 200,
+                    instance: Box::new(instance),
+                },
+                Some(Err(e)) => refused_item(*id, &not_found_instance(e, id)),
+                None => refused_item(
+                    *id,
+                    &ApiError::Internal("the batch lost an item's answer".to_owned()),
+                ),
+            }
+        };
+        results.push(item);
+    }
     Ok(Json(BatchBody { results }))
+}
+
+fn refused_item(id: Uuid, e: &ApiError) -> BatchItem {
+    BatchItem::Refused {
+        id,
+        status: e.status().as_u16(),
+        detail: e.detail(),
+    }
 }
