@@ -45,6 +45,8 @@ pub struct Options {
     /// Longest a request may take (a long poll gets its wait on top).
     pub request_timeout: Duration,
     pub shutdown_grace: Duration,
+    /// After the loops stop and before the listener closes: new claims answer 503 meanwhile.
+    pub shutdown_drain: Duration,
     /// Bearer tokens; empty runs open.
     pub tokens: Arc<Tokens>,
     /// Webhook pushes; its `public_url`, when empty, becomes `http://<bound address>`.
@@ -80,6 +82,7 @@ impl Options {
             server: ServerLimits::from_config(cfg),
             request_timeout: Duration::from_secs(cfg.http_request_timeout_seconds),
             shutdown_grace: Duration::from_secs(cfg.shutdown_grace_seconds),
+            shutdown_drain: Duration::from_millis(cfg.shutdown_drain_ms),
             tokens: Arc::new(tokens),
             webhook: Some(WebhookDispatcherConfig::from_config(cfg)),
             notifier: Some(NotifierConfig::from_config(cfg)),
@@ -107,6 +110,8 @@ impl Options {
             server: ServerLimits::from_config(&cfg),
             request_timeout: Duration::from_secs(cfg.http_request_timeout_seconds),
             shutdown_grace: Duration::from_secs(cfg.shutdown_grace_seconds),
+            // Tests stop at once; the tests of the drain set it.
+            shutdown_drain: Duration::ZERO,
             tokens: Arc::new(Tokens::default()),
             webhook: None,
             notifier: None,
@@ -128,6 +133,7 @@ pub struct Running {
     signal_task: tokio::task::JoinHandle<()>,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     shutdown_grace: Duration,
+    shutdown_drain: Duration,
 }
 
 /// The database pools of one process: the API's, and the background loops' own, which API load
@@ -243,6 +249,7 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
         signal_task,
         server,
         shutdown_grace: opts.shutdown_grace,
+        shutdown_drain: opts.shutdown_drain,
     })
 }
 
@@ -255,11 +262,20 @@ impl Running {
     }
 
     /// Stop in order: loops first (no new windows, retries or reaps; waiting long polls return
-    /// with what they have), then the HTTP server, which lets in-flight requests finish for up
-    /// to the grace period, then the work signal.
+    /// with what they have); then, for the drain period, the API still answers (new claims 503
+    /// with `Retry-After`, reports of held instances recorded); then the HTTP server stops
+    /// accepting and lets in-flight requests finish for up to the grace period; then the work
+    /// signal.
     pub async fn shutdown(mut self) {
         self.stop_taking_work();
         while self.loop_tasks.join_next().await.is_some() {}
+        if !self.shutdown_drain.is_zero() {
+            tracing::info!(
+                drain_ms = self.shutdown_drain.as_millis() as u64,
+                "taking no new work; new claims answer 503 until the listener closes"
+            );
+            tokio::time::sleep(self.shutdown_drain).await;
+        }
         self.http.cancel();
         match tokio::time::timeout(self.shutdown_grace, &mut self.server).await {
             Ok(Ok(Ok(()))) => {}

@@ -71,6 +71,7 @@ pub struct Config {
     pub http_request_timeout_seconds: u64,
     pub http_max_connections: usize,
     pub shutdown_grace_seconds: u64,
+    pub shutdown_drain_ms: u64,
     /// `"<token>:<role>[:<agent>|<agent>…],…"`; empty runs open, on loopback only.
     pub auth_tokens: Secret,
     /// The base URL agents reach this replica at, for webhook callback URLs.
@@ -116,6 +117,7 @@ impl Default for Config {
             http_request_timeout_seconds: 30,
             http_max_connections: 4096,
             shutdown_grace_seconds: 10,
+            shutdown_drain_ms: 1000,
             auth_tokens: Secret::default(),
             public_url: String::new(),
             outbound_allowed_hosts: String::new(),
@@ -270,6 +272,7 @@ impl Config {
             http_request_timeout_seconds,
             http_max_connections,
             shutdown_grace_seconds,
+            shutdown_drain_ms,
             auth_tokens,
             public_url,
             outbound_allowed_hosts,
@@ -388,6 +391,9 @@ impl Config {
         }
         if !(1..=3600).contains(&self.shutdown_grace_seconds) {
             return Err(invalid("shutdown_grace_seconds", "must be from 1 to 3600"));
+        }
+        if self.shutdown_drain_ms > 60_000 {
+            return Err(invalid("shutdown_drain_ms", "must be from 0 to 60000"));
         }
         let tokens = crate::domain::access::Tokens::parse(&self.auth_tokens.0)
             .map_err(|m| invalid("auth_tokens", m))?;
