@@ -490,13 +490,40 @@ async fn the_playground_shows_dst_rules_and_names_a_bad_field(pool: PgPool) {
     let first = html.find("<tbody>").map(|i| &html[i..]).unwrap_or("");
     assert!(first.contains("2026-03-08 03:00:00 EDT"), "{first}");
     assert!(first.contains("02:30 did not exist on 2026-03-08"));
-    let bad = viewer.page("/ui/playground?expr=61+*+*+*+*&tz=UTC").await;
+    // A refused expression or zone is shown with the form, answered 422 as the API's preview.
+    let resp = viewer.get("/ui/playground?expr=61+*+*+*+*&tz=UTC").await;
+    assert_eq!(resp.status().as_u16(), 422);
+    let bad = resp.text().await.expect("body");
     assert!(bad.contains("id=\"playground-error\""));
     assert!(bad.contains("minute field"), "the error names the field");
-    let zone = viewer
-        .page("/ui/playground?expr=0+*+*+*+*&tz=Mars/Olympus")
+    let resp = viewer
+        .get("/ui/playground?expr=0+*+*+*+*&tz=Mars/Olympus")
         .await;
-    assert!(zone.contains("time zone"));
+    assert_eq!(resp.status().as_u16(), 422);
+    assert!(resp.text().await.expect("body").contains("time zone"));
+}
+
+#[sqlx::test]
+async fn console_pages_refuse_text_holding_nul_before_the_database_sees_it(pool: PgPool) {
+    let app = secured(pool).await;
+    let admin = Browser::login(&app, ADMIN).await;
+    for (path, field) in [
+        ("/ui/instances?task_id=a%00", "task_id"),
+        ("/ui/instances?agent_id=%00", "agent_id"),
+        ("/ui/tasks?after=%00", "after"),
+        ("/ui/dead?task_id=%00", "task_id"),
+        ("/ui/playground?expr=%00&tz=UTC", "expr"),
+        ("/ui/tasks/a%00", "id"),
+    ] {
+        let resp = admin.get(path).await;
+        assert_eq!(resp.status().as_u16(), 422, "GET {path}");
+        let body = resp.text().await.expect("body");
+        assert!(
+            body.contains(field) && body.contains("must not contain the character U+0000"),
+            "GET {path}: {body}"
+        );
+        assert!(!body.contains('\0'), "GET {path} echoes U+0000");
+    }
 }
 
 #[sqlx::test]

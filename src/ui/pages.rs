@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
@@ -16,6 +16,7 @@ use super::{AdminForm, Session, UiError, UiResult, page};
 use crate::domain::instance::{Instance, InstanceStatus};
 use crate::domain::schedule::{CronSchedule, Schedule};
 use crate::domain::task::{MAX_REASON_LEN, Overlap, Task, TriggerSpec, parse_timestamp};
+use crate::domain::text::{NUL_REFUSED, has_nul, without_nul};
 use crate::http::AppState;
 use crate::http::instances::{instance_cursor, operator_move, parse_cursor};
 use crate::http::tasks::{MAX_BACKFILL_WINDOWS, not_found_task, run_backfill, visible_task};
@@ -32,6 +33,32 @@ const TIMELINE: i64 = 240;
 const FIRES: usize = 10;
 
 type Params = Query<HashMap<String, String>>;
+
+/// A page's query parameters. Text holding U+0000 is refused here (422 naming the parameter),
+/// as the API refuses it: it could never be stored or matched, and must not be echoed. (Path
+/// segments holding it are refused for every route before routing.)
+pub struct Query<T>(pub T);
+
+impl<S: Send + Sync> FromRequestParts<S> for Query<HashMap<String, String>> {
+    type Rejection = UiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, UiError> {
+        let axum::extract::Query(q) =
+            axum::extract::Query::<HashMap<String, String>>::from_request_parts(parts, state)
+                .await
+                .map_err(|e| UiError::bad_request(format!("the query string: {e}")))?;
+        if let Some((k, _)) = q.iter().find(|(k, v)| has_nul(k) || has_nul(v)) {
+            return Err(UiError::bad_request(format!(
+                "{}: {NUL_REFUSED}",
+                without_nul(k)
+            )));
+        }
+        Ok(Query(q))
+    }
+}
 
 fn param<'a>(q: &'a HashMap<String, String>, name: &str) -> Option<&'a str> {
     q.get(name).map(|s| s.trim()).filter(|s| !s.is_empty())
@@ -1057,7 +1084,12 @@ pub async fn playground(
             },
         }
     };
-    Ok(page(&session, "/ui/playground", "Cron playground", body))
+    let mut resp = page(&session, "/ui/playground", "Cron playground", body);
+    if fires.is_err() {
+        // The form and the reason, as a refusal: 422 as the API's preview answers.
+        *resp.status_mut() = axum::http::StatusCode::UNPROCESSABLE_ENTITY;
+    }
+    Ok(resp)
 }
 
 fn field_label(field: &str) -> &str {
