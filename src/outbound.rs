@@ -90,14 +90,19 @@ pub fn refusal(ip: IpAddr, deny_private: bool) -> Option<&'static str> {
     }
 }
 
-/// The IPv4 address an IPv6 address stands for (IPv4-mapped, NAT64 well-known prefix), else
-/// the address itself.
+/// The IPv4 address an IPv6 address stands for (IPv4-mapped `::ffff:a.b.c.d`, the deprecated
+/// IPv4-compatible `::a.b.c.d`, NAT64 well-known prefix), else the address itself. `::` and
+/// `::1` stay IPv6 (unspecified and loopback).
 fn embedded_v4(ip: IpAddr) -> IpAddr {
     let IpAddr::V6(v6) = ip else { return ip };
     if let Some(v4) = v6.to_ipv4_mapped() {
         return IpAddr::V4(v4);
     }
     let s = v6.segments();
+    if s[..6] == [0; 6] && !v6.is_unspecified() && !v6.is_loopback() {
+        let [.., a, b, c, d] = v6.octets();
+        return IpAddr::V4(Ipv4Addr::new(a, b, c, d));
+    }
     if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
         let [.., a, b, c, d] = v6.octets();
         return IpAddr::V4(Ipv4Addr::new(a, b, c, d));
@@ -427,6 +432,7 @@ mod tests {
             ("::ffff:169.254.169.254", "link-local"),
             ("::ffff:0.0.0.0", "unspecified"),
             ("64:ff9b::a9fe:a9fe", "link-local"),
+            ("::169.254.169.254", "link-local"),
         ] {
             assert_eq!(refusal(ip(addr), false), Some(why), "{addr}");
             assert_eq!(refusal(ip(addr), true), Some(why), "{addr}");
@@ -449,6 +455,7 @@ mod tests {
             "fd12:3456::1",
             "::ffff:127.0.0.1",
             "::ffff:10.0.0.1",
+            "::127.0.0.1",
         ] {
             assert_eq!(refusal(ip(addr), false), None, "{addr}");
             assert!(refusal(ip(addr), true).is_some(), "{addr}");

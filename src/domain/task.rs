@@ -1019,6 +1019,16 @@ pub fn check_url(url: &str) -> Result<(), String> {
     {
         return Err("must name a host".to_owned());
     }
+    // The outbound client's own parser: what it cannot send to is refused now, not at the
+    // first push (an IPv6 zone id, a port out of range, a malformed host).
+    let parsed =
+        reqwest::Url::parse(url).map_err(|e| format!("is not a URL kairos can send to: {e}"))?;
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err("must name a host".to_owned());
+    }
+    if parsed.port() == Some(0) {
+        return Err("port 0 cannot be connected to".to_owned());
+    }
     Ok(())
 }
 
@@ -1051,6 +1061,27 @@ fn parse_circuit_breaker(value: Option<&Value>, errs: &mut Errors) -> CircuitBre
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn urls_the_outbound_client_cannot_send_to_are_refused_at_registration() {
+        for ok in [
+            "http://127.0.0.1:18129/hook",
+            "https://hooks.example.com/a?b=c",
+            "http://[::1]:8080/",
+        ] {
+            assert_eq!(super::check_url(ok), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            ("http://[fe80::1%25eth0]/", "kairos can send to"),
+            ("http://example.com:99999/", "kairos can send to"),
+            ("http://example.com:0/", "port 0"),
+            ("ftp://example.com/", "http:// or https://"),
+            ("http://u:p@example.com/", "credentials"),
+        ] {
+            let err = super::check_url(bad).expect_err(bad);
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+    }
+
     #[test]
     fn integral_numbers_are_integers_as_json_schema_counts_them() {
         let n = |s: &str| serde_json::from_str::<serde_json::Number>(s).expect("number");
