@@ -175,6 +175,21 @@ async fn a_request_whose_body_never_arrives_gets_408(pool: PgPool) {
         .await
         .expect("count");
     assert_eq!(n, 0);
+    // A body declared larger than max_body_bytes is refused at once, not awaited.
+    let mut stream = TcpStream::connect(app.addr).await.expect("connect");
+    stream
+        .write_all(
+            b"PUT /v1/tasks/t HTTP/1.1\r\nHost: localhost\r\ncontent-type: application/json\r\ncontent-length: 99999999999\r\n\r\n",
+        )
+        .await
+        .expect("write");
+    let mut chunk = [0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_millis(900), stream.read(&mut chunk))
+        .await
+        .expect("answered before the request timeout")
+        .expect("read");
+    let head = String::from_utf8_lossy(&chunk[..n]);
+    assert!(head.starts_with("HTTP/1.1 413"), "{head}");
 }
 
 #[sqlx::test]

@@ -142,8 +142,36 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
             request_timeout,
         ))
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                refuse_declared_oversize(req, next, max_body_bytes)
+            },
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// A body whose declared `Content-Length` is over `max_body_bytes` is refused with 413 at once,
+/// without waiting for bytes that would be refused anyway (a client that declares a huge body
+/// and sends nothing would otherwise hold the connection until the request timeout).
+async fn refuse_declared_oversize(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+    max_body_bytes: usize,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max_body_bytes as u64) {
+        return ApiError::TooLarge(format!(
+            "the request body is larger than the server accepts ({max_body_bytes} bytes)"
+        ))
+        .into_response();
+    }
+    next.run(req).await
 }
 
 /// Cut off a request that takes longer than `http_request_timeout_seconds` (a long poll gets its
