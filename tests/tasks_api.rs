@@ -471,3 +471,40 @@ async fn an_instance_of_a_deleted_task_is_not_retried_into_work_nothing_can_clai
     assert_eq!(status, 200, "{retried}");
     assert_eq!(retried["status"], "PENDING");
 }
+
+#[sqlx::test]
+async fn a_task_read_with_get_can_be_edited_and_put_back(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let (status, _) = json(
+        app.put(
+            "/v1/tasks/round",
+            json!({"agent_id": "a", "trigger": {"type": "cron", "expr": "0 * * * *", "timezone": "UTC"}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (_, mut read) = json(app.get("/v1/tasks/round").await).await;
+    for f in [
+        "next_fire_at",
+        "created_at",
+        "updated_at",
+        "version",
+        "consecutive_failures",
+    ] {
+        assert!(read.get(f).is_some(), "GET shows {f}");
+    }
+    // Sent back unchanged: the read-only fields are ignored, nothing changes.
+    let (status, same) = json(app.put("/v1/tasks/round", read.clone()).await).await;
+    assert_eq!(status, 200, "{same}");
+    assert_eq!(same["version"], 1);
+    // Edited, with stale read-only values: the edit applies, the read-only values do not.
+    read["context"] = json!({"k": 1});
+    read["version"] = json!(99);
+    read["consecutive_failures"] = json!(7);
+    let (status, edited) = json(app.put("/v1/tasks/round", read).await).await;
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!(edited["version"], 2);
+    assert_eq!(edited["consecutive_failures"], 0);
+    assert_eq!(edited["context"], json!({"k": 1}));
+}

@@ -176,14 +176,25 @@ fn outcome_json(id: &str, action: Action, changes: &[Change]) -> Value {
     json!({"id": id, "action": action.word(), "changes": changes})
 }
 
+/// The read-only fields of a task (CONTRACT §2): a file saved from `task get -o json` carries
+/// them, and the server ignores them, so they are no change.
+const READ_ONLY: [&str; 6] = [
+    "next_fire_at",
+    "paused_reason",
+    "consecutive_failures",
+    "created_at",
+    "updated_at",
+    "version",
+];
+
 /// The fields `file` sets that differ from `registered`, depth first, keys sorted.
 /// Fields the file leaves out (or sets to `null`) get server defaults and are not compared, nor
-/// are write-only secrets, which the API never shows.
+/// are write-only secrets, which the API never shows, nor read-only fields.
 pub fn diff(file: &Value, registered: &Value) -> Vec<Change> {
     let mut out = Vec::new();
     if let Value::Object(fields) = file {
         for (k, v) in fields {
-            if k == "id" {
+            if k == "id" || READ_ONLY.contains(&k.as_str()) {
                 continue;
             }
             walk(k, v, registered.get(k).unwrap_or(&Value::Null), &mut out);
@@ -349,6 +360,7 @@ mod tests {
             "dispatch": {"mode": "webhook", "secret": "s"},
             "notify": {"on_failure": ["https://x/1"]},
             "context": null,
+            "version": 1, "updated_at": "2026-01-01T00:00:00Z",
         });
         let registered = json!({
             "id": "t", "agent_id": "a",
@@ -358,6 +370,7 @@ mod tests {
             "dispatch": {"mode": "webhook"},
             "notify": {"on_failure": ["https://x/2"], "on_success": []},
             "context": {"k": 1},
+            "version": 4, "updated_at": "2026-02-01T00:00:00Z",
         });
         let changes = diff(&file, &registered);
         let paths: Vec<&str> = changes.iter().map(|c| c.path.as_str()).collect();

@@ -396,6 +396,13 @@ pub fn parse_submission(path_id: &str, body: &Value) -> Result<TaskSubmission, V
             "notify",
             "circuit_breaker",
             "paused",
+            // Read-only (CONTRACT §2): accepted and ignored, so a GET body can be PUT back.
+            "next_fire_at",
+            "paused_reason",
+            "consecutive_failures",
+            "created_at",
+            "updated_at",
+            "version",
         ],
     );
 
