@@ -246,6 +246,33 @@ async fn apply_refuses_duplicate_ids_and_bad_files_before_sending_anything(pool:
     .await;
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stderr.contains("trigger.timezone"), "{}", r.stderr);
+    // A dry run refuses what the apply would: a cron that never fires, an unknown field.
+    for (text, field) in [
+        (
+            r#"{"id": "feb", "agent_id": "a", "trigger": {"type": "cron", "expr": "0 0 30 2 *", "timezone": "UTC"}}"#,
+            "trigger.expr",
+        ),
+        (
+            r#"{"id": "odd", "agent_id": "a", "trigger": {"type": "manual"}, "bogus": 1}"#,
+            "bogus",
+        ),
+    ] {
+        std::fs::write(&invalid, text).expect("write");
+        let r = kairos(
+            &app,
+            &[
+                "task",
+                "apply",
+                "-f",
+                invalid.to_str().expect("path"),
+                "--dry-run",
+            ],
+        )
+        .await;
+        assert_eq!(r.code, 1, "{text}: {}{}", r.stdout, r.stderr);
+        assert!(r.stderr.contains(field), "{}", r.stderr);
+        assert!(!r.stdout.contains("created"), "{}", r.stdout);
+    }
 }
 
 #[sqlx::test]

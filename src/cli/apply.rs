@@ -124,6 +124,12 @@ async fn apply_one(
     t: &TaskFile,
     dry_run: bool,
 ) -> Result<(Action, Vec<Change>), Error> {
+    if dry_run {
+        // The server's own validation, run here: a dry run reports what the apply would refuse
+        // (unknown fields, a cron that never fires, bounds). What only the server knows (an
+        // upstream task that does not exist, its outbound policy) is checked by the apply.
+        refuse_as_the_server_would(t)?;
+    }
     let path = task_path(&t.id);
     let registered = match client.get(&path, &[]).await {
         Ok(v) => Some(v),
@@ -158,6 +164,31 @@ async fn apply_one(
     } else {
         Ok((Action::Configured, changes))
     }
+}
+
+fn refuse_as_the_server_would(t: &TaskFile) -> Result<(), Error> {
+    let errors = match crate::domain::task::parse_submission(&t.id, &t.body) {
+        Err(errors) => errors,
+        // As registration does: a schedule with no first window is refused.
+        Ok(sub) => match sub.spec.trigger.first_window(chrono::Utc::now()) {
+            Ok(_) => return Ok(()),
+            Err(e) => vec![e],
+        },
+    };
+    let errors: Vec<Value> = errors
+        .iter()
+        .map(|e| json!({"field": e.field, "message": e.message}))
+        .collect();
+    Err(Error::Api {
+        status: reqwest::StatusCode::UNPROCESSABLE_ENTITY,
+        problem: Some(json!({
+            "title": "Invalid request values",
+            "status": 422,
+            "detail": "the task would be refused (checked locally by the dry run)",
+            "errors": errors,
+        })),
+        text: String::new(),
+    })
 }
 
 fn print_outcome(id: &str, action: Action, changes: &[Change], dry_run: bool) {
