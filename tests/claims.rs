@@ -1070,3 +1070,43 @@ async fn claims_sent_together_take_every_waiting_instance_between_them(pool: PgP
         }
     }
 }
+
+#[sqlx::test]
+async fn a_task_moved_to_another_agent_takes_its_waiting_instances_along(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    manual_task(&app, "moving", "old_agent", json!({"concurrency_limit": 5})).await;
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        let (_, i) = json(app.post("/v1/tasks/moving/trigger", json!({})).await).await;
+        waiting.push(id_of(&i));
+    }
+    let running = claim(&app, "old_agent", "w_old", 1, json!({}));
+    let running = id_of(&running.await[0]);
+    let (status, moved) = json(
+        app.put(
+            "/v1/tasks/moving",
+            json!({"agent_id": "new_agent", "trigger": {"type": "manual"},
+                   "execution": {"concurrency_limit": 5}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{moved}");
+    // The old agent finds nothing more; the new one takes the two still waiting; the running
+    // one stays with its worker and completes under its lease.
+    assert!(
+        claim(&app, "old_agent", "w_old", 10, json!({}))
+            .await
+            .is_empty()
+    );
+    let taken: HashSet<String> = claim(&app, "new_agent", "w_new", 10, json!({}))
+        .await
+        .iter()
+        .map(id_of)
+        .collect();
+    let expected: HashSet<String> = waiting.into_iter().filter(|i| *i != running).collect();
+    assert_eq!(taken, expected);
+    let (_, held) = json(app.get(&format!("/v1/instances/{running}")).await).await;
+    assert_eq!(held["agent_id"], "old_agent");
+    assert_eq!(held["status"], "RUNNING");
+}

@@ -11,14 +11,16 @@ use crate::domain::instance::{Event, Instance, legal_sources};
 use crate::store::{Error, Result, map_db_error, notify_work};
 
 /// The operator-retry write after a CTE `old (id, status)` of locked rows: PENDING with one
-/// more attempt allowed, claimable now, its event by actor `$3` with reason `$4`. Follow it
+/// more attempt allowed, claimable now, for the task's current agent (it may have moved), its
+/// event by actor `$3` with reason `$4`. Follow it
 /// with `select … from upd`.
 pub(super) const OPERATOR_RETRY_SQL: &str = "upd as ( \
          update task_instance i set status = 'PENDING', attempt = i.attempt + 1, \
              max_attempts = i.max_attempts + 1, available_at = now(), finished_at = null, \
              started_at = null, worker_id = null, lease_token = null, \
              lease_expires_at = null, deadline_at = null, result = null, error = null, \
-             error_kind = null, skip_reason = null, updated_at = now() \
+             error_kind = null, skip_reason = null, updated_at = now(), \
+             agent_id = coalesce((select t.agent_id from tasks t where t.id = i.task_id), i.agent_id) \
          from old where i.id = old.id \
          returning i.*, old.status as from_status \
      ), ev as ( \
