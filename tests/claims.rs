@@ -1080,8 +1080,8 @@ async fn a_task_moved_to_another_agent_takes_its_waiting_instances_along(pool: P
         let (_, i) = json(app.post("/v1/tasks/moving/trigger", json!({})).await).await;
         waiting.push(id_of(&i));
     }
-    let running = claim(&app, "old_agent", "w_old", 1, json!({}));
-    let running = id_of(&running.await[0]);
+    let first = claim(&app, "old_agent", "w_old", 1, json!({})).await;
+    let (running, held_token) = (id_of(&first[0]), token_of(&first[0]));
     let (status, moved) = json(
         app.put(
             "/v1/tasks/moving",
@@ -1109,4 +1109,60 @@ async fn a_task_moved_to_another_agent_takes_its_waiting_instances_along(pool: P
     let (_, held) = json(app.get(&format!("/v1/instances/{running}")).await).await;
     assert_eq!(held["agent_id"], "old_agent");
     assert_eq!(held["status"], "RUNNING");
+    // That attempt fails; its retry comes back to the task's new agent.
+    let (status, failed) = json(
+        app.post(
+            &format!("/v1/instances/{running}/fail"),
+            json!({"lease_token": held_token, "error": "boom", "retryable": true}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{failed}");
+    sqlx::query("update task_instance set available_at = now() where id = $1::uuid")
+        .bind(&running)
+        .execute(&pool)
+        .await
+        .expect("due now");
+    scanner(&pool, "mover").run_once().await.expect("scan");
+    let retried = claim(&app, "new_agent", "w_new", 10, json!({})).await;
+    assert_eq!(retried.len(), 1);
+    assert_eq!(id_of(&retried[0]), running);
+    assert_eq!(retried[0]["agent_id"], "new_agent");
+}
+
+#[sqlx::test]
+async fn an_instance_listed_twice_in_a_batch_gets_each_item_tried_in_order(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    manual_task(&app, "twice", "ag2", json!({"concurrency_limit": 5})).await;
+    for _ in 0..2 {
+        app.post("/v1/tasks/twice/trigger", json!({})).await;
+    }
+    let held = claim(&app, "ag2", "w", 2, json!({})).await;
+    let (a, b) = (&held[0], &held[1]);
+    let stale = uuid::Uuid::new_v4().to_string();
+    let item = |i: &Value, token: &str| json!({"id": i["id"], "lease_token": token});
+    let (status, batch) = json(
+        app.post(
+            "/v1/completions",
+            json!({"completions": [
+                item(a, &stale), item(a, &token_of(a)),
+                item(b, &token_of(b)), item(b, &token_of(b)),
+            ]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{batch}");
+    let answers: Vec<u64> = batch["results"]
+        .as_array()
+        .map(|r| r.iter().filter_map(|x| x["status"].as_u64()).collect())
+        .unwrap_or_default();
+    // A stale token first does not cost the current one its completion; a second complete
+    // after a success is the fence's 409.
+    assert_eq!(answers, [409, 200, 200, 409], "{batch}");
+    for i in [a, b] {
+        let (_, now) = json(app.get(&format!("/v1/instances/{}", id_of(i))).await).await;
+        assert_eq!(now["status"], "SUCCESS");
+    }
 }

@@ -508,3 +508,50 @@ async fn a_task_read_with_get_can_be_edited_and_put_back(pool: PgPool) {
     assert_eq!(edited["consecutive_failures"], 0);
     assert_eq!(edited["context"], json!({"k": 1}));
 }
+
+#[sqlx::test]
+async fn an_operator_retry_waits_for_a_task_write_instead_of_deadlocking_with_it(pool: PgPool) {
+    // A PUT moving a task's waiting instances, a DELETE and a backfill's reprocess lock the task
+    // row, then its instances. An operator retry that locked the instance first deadlocked with
+    // them: PostgreSQL aborted one side after deadlock_timeout, answered 500.
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put(
+        "/v1/tasks/locks",
+        json!({"agent_id": "a", "trigger": {"type": "manual"}}),
+    )
+    .await;
+    let (_, inst) = json(app.post("/v1/tasks/locks/trigger", json!({})).await).await;
+    let id = inst["id"].as_str().expect("id").to_owned();
+    sqlx::query("update task_instance set status = 'FAILED' where id = $1::uuid")
+        .bind(&id)
+        .execute(&pool)
+        .await
+        .expect("fail it");
+    // The task write: task row first ...
+    let mut tx = pool.begin().await.expect("begin");
+    sqlx::query("select 1 from tasks where id = 'locks' for update")
+        .execute(&mut *tx)
+        .await
+        .expect("lock task");
+    let retry = {
+        let url = app.url(&format!("/v1/instances/{id}/retry"));
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .post(url)
+                .json(&json!({"reason": "again"}))
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // ... then the instance, while the retry waits.
+    sqlx::query("update task_instance set updated_at = now() where id = $1::uuid")
+        .bind(&id)
+        .execute(&mut *tx)
+        .await
+        .expect("the task write reaches the instance: no deadlock");
+    tx.commit().await.expect("commit");
+    let status = retry.await.expect("join").expect("answer");
+    assert_eq!(status, 200, "the retry went ahead after the task write");
+}

@@ -362,8 +362,8 @@ enum BatchItem {
 /// Complete many instances in one request and one database commit. Each item is its own
 /// compare-and-swap, answered on its own (CONTRACT §8): `200` with the instance, `409` for a
 /// stale lease, `404` for an unknown instance, `403` for an instance of an agent the token may
-/// not act for. An instance listed twice is completed once: its later items get the answer a
-/// second `complete` would (`409` after a success, else the first item's answer).
+/// not act for. An instance listed several times gets each of its items tried in order, as
+/// successive single completes would be.
 async fn complete_batch(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
@@ -425,8 +425,7 @@ async fn complete_batch(
             actor: None,
         });
     }
-    // Per item, before any write: refused for the token's scope, or the position of the
-    // earlier item naming the same instance.
+    // Before any write: the instances of agents the token may not act for.
     let mut refused: HashMap<Uuid, ApiError> = HashMap::new();
     if !principal.may_act_for_all() {
         let ids: Vec<Uuid> = items.iter().map(|c| c.id).collect();
@@ -436,55 +435,60 @@ async fn complete_batch(
             }
         }
     }
-    let mut first_of: HashMap<Uuid, usize> = HashMap::new();
-    let mut earlier: Vec<Option<usize>> = Vec::with_capacity(items.len());
-    for (n, c) in items.iter().enumerate() {
-        earlier.push(first_of.get(&c.id).copied());
-        first_of.entry(c.id).or_insert(n);
-    }
-    let ids: Vec<Uuid> = items.iter().map(|c| c.id).collect();
-    let written: Vec<store_instances::Completion> = items
-        .into_iter()
-        .zip(&earlier)
-        .filter(|(c, e)| e.is_none() && !refused.contains_key(&c.id))
-        .map(|(c, _)| c)
+    // Each item is its own compare-and-swap, in request order: an instance listed several
+    // times is written in passes, its n-th item in the n-th, so a later item meets the instance
+    // as the earlier ones left it (a second complete after a success is a 409; a later item
+    // holding the current token succeeds after an earlier stale one).
+    let mut seen: HashMap<Uuid, usize> = HashMap::new();
+    let pass_of: Vec<usize> = items
+        .iter()
+        .map(|c| {
+            let n = seen.entry(c.id).or_insert(0);
+            *n += 1;
+            *n - 1
+        })
         .collect();
-    let mut outcomes = state.group.complete_all(written).await?.into_iter();
-    let mut results: Vec<BatchItem> = Vec::with_capacity(ids.len());
-    for (n, id) in ids.iter().enumerate() {
-        let item = if let Some(e) = refused.get(id) {
-            refused_item(*id, e)
-        } else if let Some(first) = earlier[n] {
-            match &results[first] {
-                BatchItem::Done { instance, .. } => refused_item(
-                    *id,
-                    &ApiError::Conflict(format!(
-                        "instance {id} is listed earlier in this batch and was completed there (now {})",
-                        instance.status.as_str()
-                    )),
-                ),
-                BatchItem::Refused { status, detail, .. } => BatchItem::Refused {
-                    id: *id,
-                    status: *status,
-                    detail: detail.clone(),
-                },
-            }
-        } else {
-            match outcomes.next() {
-                Some(Ok(instance)) => BatchItem::Done {
-                    id: *id,
+    let ids: Vec<Uuid> = items.iter().map(|c| c.id).collect();
+    let passes = pass_of.iter().max().map_or(0, |m| m + 1);
+    let mut answers: Vec<Option<BatchItem>> = ids
+        .iter()
+        .map(|id| refused.get(id).map(|e| refused_item(*id, e)))
+        .collect();
+    let mut items: Vec<Option<store_instances::Completion>> = items.into_iter().map(Some).collect();
+    for pass in 0..passes {
+        let at: Vec<usize> = (0..ids.len())
+            .filter(|&n| pass_of[n] == pass && answers[n].is_none())
+            .collect();
+        if at.is_empty() {
+            continue;
+        }
+        let batch: Vec<store_instances::Completion> =
+            at.iter().filter_map(|&n| items[n].take()).collect();
+        let outcomes = state.group.complete_all(batch).await?;
+        for (&n, outcome) in at.iter().zip(outcomes) {
+            let id = ids[n];
+            answers[n] = Some(match outcome {
+                Ok(instance) => BatchItem::Done {
+                    id,
                     status: 200,
                     instance: Box::new(instance),
                 },
-                Some(Err(e)) => refused_item(*id, &not_found_instance(e, id)),
-                None => refused_item(
+                Err(e) => refused_item(id, &not_found_instance(e, &id)),
+            });
+        }
+    }
+    let results: Vec<BatchItem> = ids
+        .iter()
+        .zip(answers)
+        .map(|(id, a)| {
+            a.unwrap_or_else(|| {
+                refused_item(
                     *id,
                     &ApiError::Internal("the batch lost an item's answer".to_owned()),
-                ),
-            }
-        };
-        results.push(item);
-    }
+                )
+            })
+        })
+        .collect();
     Ok(Json(BatchBody { results }))
 }
 

@@ -209,7 +209,9 @@ pub async fn record_failures(
 }
 
 /// FAILED instances whose backoff has passed → PENDING with `attempt + 1`, at most `limit` per
-/// call (the rate limit against retry storms). Wakes the agents' waiting claims.
+/// call (the rate limit against retry storms), for the task's current agent (an attempt that
+/// was running when its task moved to another agent comes back to the new one). Wakes the
+/// agents' waiting claims.
 pub async fn retry_due(conn: &mut PgConnection, limit: i64, actor: &str) -> Result<Vec<Created>> {
     let rows: Vec<(Uuid, String, String, String, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "with due as ( \
@@ -217,7 +219,8 @@ pub async fn retry_due(conn: &mut PgConnection, limit: i64, actor: &str) -> Resu
              order by available_at limit $1 for update skip locked \
          ), upd as ( \
              update task_instance i set status = 'PENDING', attempt = i.attempt + 1, \
-                 updated_at = now() \
+                 updated_at = now(), \
+                 agent_id = coalesce((select t.agent_id from tasks t where t.id = i.task_id), i.agent_id) \
              from due where i.id = due.id and {FAILED_I} \
              returning i.id, i.task_id, i.window_key, i.agent_id, i.attempt \
          ), ev as ( \

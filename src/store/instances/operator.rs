@@ -30,9 +30,12 @@ pub(super) const OPERATOR_RETRY_SQL: &str = "upd as ( \
 
 /// Operator retry: DEAD, FAILED, CANCELLED or SKIPPED → PENDING, one more attempt allowed,
 /// claimable now. An instance whose task was deleted is refused (409): nothing could claim it,
-/// and a task registered later under the same id would run it under another definition. The
-/// task row is share-locked, so a concurrent DELETE waits for the retry (and then cancels the
-/// retried instance) or wins before it.
+/// and a task registered later under the same id would run it under another definition.
+///
+/// The task row is share-locked first, then the instance: the order of every path that writes
+/// a task's instances after locking the task (a `PUT` moving its waiting instances, `DELETE`,
+/// a backfill's reprocess). Locking the instance first deadlocked against them. A concurrent
+/// DELETE thus waits for the retry (and then cancels the retried instance) or wins before it.
 pub async fn operator_retry(
     pool: &PgPool,
     id: Uuid,
@@ -41,11 +44,20 @@ pub async fn operator_retry(
 ) -> Result<Instance> {
     let from = status_names(&legal_sources(Event::OperatorRetry));
     let mut tx = pool.begin().await.map_err(map_db_error)?;
+    sqlx::query(
+        "select 1 from tasks t \
+         where t.id = (select i.task_id from task_instance i where i.id = $1) \
+         for key share",
+    )
+    .bind(id)
+    .execute(&mut *tx)
+    .await
+    .map_err(map_db_error)?;
     let row: Option<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "with old as ( \
              select i.id, i.status from task_instance i join tasks t on t.id = i.task_id \
              where i.id = $1 and i.status = any($2) \
-             for update of i for key share of t \
+             for update of i \
          ), {OPERATOR_RETRY_SQL} \
          select {INSTANCE_COLUMNS} from upd"
     )))
