@@ -431,6 +431,33 @@ async fn a_window_key_that_is_an_instant_names_one_window_however_it_is_spelled(
     assert_eq!(status, 201, "{free}");
     assert_eq!(free["window_key"], "Batch 7");
     assert_eq!(common::windows(&pool, "rerun").await.len(), 3);
+    // The list filter takes any spelling too.
+    let (_, page) = json(
+        app.get("/v1/instances?task_id=rerun&window_key=2026-12-01T08:00:00%2B08:00")
+            .await,
+    )
+    .await;
+    assert_eq!(page["items"][0]["id"], first["id"], "{page}");
+    // A window stored under another spelling before keys were canonical still answers to it.
+    sqlx::query(
+        "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
+             agent_id, max_attempts, available_at) \
+         values (gen_random_uuid(), 'rerun', '2026-12-02T08:00:00+08:00', now(), 'PENDING', \
+             'manual', 'a', 1, now())",
+    )
+    .execute(&pool)
+    .await
+    .expect("legacy row");
+    let (status, legacy) = json(
+        app.post(
+            "/v1/tasks/rerun/trigger",
+            json!({"window_key": "2026-12-02T08:00:00+08:00"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{legacy}");
+    assert_eq!(legacy["window_key"], "2026-12-02T08:00:00+08:00");
 }
 
 #[sqlx::test]

@@ -70,6 +70,20 @@ impl Schedule {
     }
 }
 
+/// The one spelling of a window key that is an RFC 3339 instant: the schedule's own
+/// (`2026-11-29T00:30:00Z`), or with its fraction of a second when it has one. `None` for any
+/// other key (kept as given). Without this, `…T08:00:00+08:00` and `…T00:00:00.000Z` would be
+/// new windows beside `…T00:00:00Z`, and run a window that already ran.
+pub fn canonical_window_key(key: &str) -> Option<String> {
+    use chrono::Timelike;
+    let at = DateTime::parse_from_rfc3339(key).ok()?.with_timezone(&Utc);
+    if at.nanosecond() == 0 {
+        Some(window_key(at))
+    } else {
+        Some(at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
+    }
+}
+
 /// The window key of a scheduled instant: RFC 3339 UTC with seconds, e.g. `2026-11-29T00:30:00Z`.
 ///
 /// Written with integer formatting: the trigger loop keys every window it writes, and `format`

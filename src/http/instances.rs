@@ -120,7 +120,10 @@ async fn list_instances(
         agent_id: q.str("agent_id").map(str::to_owned),
         agents_in: principal.readable_agents().map(<[String]>::to_vec),
         statuses,
-        window_key: q.str("window_key").map(str::to_owned),
+        // As a trigger stores it: an instant in the schedule's own spelling.
+        window_key: q.str("window_key").map(|k| {
+            crate::domain::schedule::canonical_window_key(k).unwrap_or_else(|| k.to_owned())
+        }),
         from,
         to,
         before: q.str("cursor").map(parse_cursor).transpose()?,

@@ -19,7 +19,7 @@ use super::error::ApiError;
 use super::extract::{JsonBody, QueryParams, decode_cursor, encode_cursor, page_limit};
 use super::{AppState, RouteTable};
 use crate::domain::access::{Principal, redact_url};
-use crate::domain::schedule::{CronSchedule, format_instant, window_key};
+use crate::domain::schedule::{CronSchedule, canonical_window_key, format_instant, window_key};
 use crate::domain::task::{FieldError, Task, parse_submission};
 use crate::store::{self, tasks as store_tasks};
 
@@ -416,19 +416,6 @@ fn check_retention(
     ))
 }
 
-/// The one spelling of a window key that is an RFC 3339 instant: the schedule's own
-/// (`2026-11-29T00:30:00Z`), or with its fraction of a second when it has one. `None` for any
-/// other key (kept as given). Without this, `…T08:00:00+08:00` and `…T00:00:00.000Z` would be
-/// new windows beside `…T00:00:00Z`, and run a window that already ran.
-fn canonical_window_key(key: &str) -> Option<String> {
-    let at = DateTime::parse_from_rfc3339(key).ok()?.with_timezone(&Utc);
-    if chrono::Timelike::nanosecond(&at) == 0 {
-        Some(window_key(at))
-    } else {
-        Some(at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
-    }
-}
-
 async fn trigger_task(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -444,8 +431,21 @@ async fn trigger_task(
             "must be 1-256 characters without control characters",
         ));
     }
-    // A key that is an instant names that window however it is spelled.
-    let window_key = window_key.map(|k| canonical_window_key(&k).unwrap_or(k));
+    // A key that is an instant names that window however it is spelled. The spelling as sent
+    // is kept too: a window triggered under it before keys were made canonical still answers.
+    let (window_key, as_sent) = match window_key {
+        Some(k) => match canonical_window_key(&k) {
+            Some(c) if c != k => (Some(c), Some(k)),
+            _ => (Some(k), None),
+        },
+        None => (None, None),
+    };
+    if let Some(k) = as_sent
+        && let Ok(inst) = store_instances::get_instance_by_window(&state.pool, &id, &k).await
+    {
+        tracing::info!(task_id = %id, window_key = %inst.window_key, instance_id = %inst.id, reason = "window already exists", "manual run conflict");
+        return Ok((StatusCode::OK, Json(instance_json(&inst))).into_response());
+    }
     let delay_seconds = match m.get("delay_seconds") {
         None | Some(Value::Null) => None,
         Some(_) => Some(int_field(&m, "delay_seconds", 0, 0, MAX_DELAY_SECONDS)?),
