@@ -263,17 +263,26 @@ async fn sigterm_during_long_polls_exits_cleanly(pool: PgPool) {
         .status()
         .expect("kill");
     assert!(kill.success());
-    // For the drain period (config/kairos.toml: 1000 ms) the replica still answers: a new
-    // claim, on a new connection, is told to go elsewhere rather than refused at connect.
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let late = reqwest::Client::new()
-        .post(format!("{base_url}/v1/claims"))
-        .json(&json!({"agent_id": "ag", "worker_id": "late"}))
+    // For the drain period (config/kairos.toml: 1000 ms) the replica still answers: once it
+    // has taken the signal, a new claim on a new connection is told to go elsewhere (503 with
+    // Retry-After) rather than refused at connect, and /readyz says it is not ready.
+    let late = eventually(Duration::from_secs(1), "a 503 for a new claim", || async {
+        let r = reqwest::Client::new()
+            .post(format!("{base_url}/v1/claims"))
+            .json(&json!({"agent_id": "ag", "worker_id": "late"}))
+            .send()
+            .await
+            .expect("the listener is still open while draining");
+        (r.status().as_u16() == 503).then_some(r)
+    })
+    .await;
+    assert!(late.headers().contains_key("retry-after"));
+    let ready = reqwest::Client::new()
+        .get(format!("{base_url}/readyz"))
         .send()
         .await
-        .expect("the listener is still open while draining");
-    assert_eq!(late.status().as_u16(), 503);
-    assert!(late.headers().contains_key("retry-after"));
+        .expect("readyz while draining");
+    assert_eq!(ready.status().as_u16(), 503);
     let status = loop {
         if let Some(s) = child.try_wait().expect("wait") {
             break s;

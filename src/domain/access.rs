@@ -101,7 +101,7 @@ impl Principal {
 /// parsed by the same parser, which reads `\` as `/` in `http` URLs, so no spelling of a path
 /// passes for part of the host. Not a URL at all: `***`.
 pub fn redact_url(url: &str) -> String {
-    let Ok(parsed) = reqwest::Url::parse(url) else {
+    let Ok(parsed) = url::Url::parse(url) else {
         return "***".to_owned();
     };
     match (parsed.host_str(), parsed.port()) {

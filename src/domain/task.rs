@@ -1029,7 +1029,7 @@ pub fn check_url(url: &str) -> Result<(), String> {
     // The outbound client's own parser: what it cannot send to is refused now, not at the
     // first push (an IPv6 zone id, a port out of range, a malformed host).
     let parsed =
-        reqwest::Url::parse(url).map_err(|e| format!("is not a URL kairos can send to: {e}"))?;
+        url::Url::parse(url).map_err(|e| format!("is not a URL kairos can send to: {e}"))?;
     if parsed.host_str().is_none_or(str::is_empty) {
         return Err("must name a host".to_owned());
     }

@@ -42,6 +42,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
             "unreachable".to_owned()
         }
     };
+    if state.shutdown.is_cancelled() {
+        // Draining: still answering, but load balancers should send new work elsewhere.
+        problems.push("shutting down: this replica takes no new work".to_owned());
+    }
     let stale = state.heartbeats.stale();
     for (name, age) in &stale {
         problems.push(format!("{name} loop has not ticked for {age:.1} s"));

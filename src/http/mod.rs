@@ -133,6 +133,12 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .method_not_allowed_fallback(|| async {
             ApiError::MethodNotAllowed("this route does not accept that method".to_owned())
         })
+        // Inside authentication: a caller without a valid token gets 401 whatever it declares.
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                refuse_declared_oversize(req, next, max_body_bytes)
+            },
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,
@@ -142,11 +148,6 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
             request_timeout,
         ))
         .layer(DefaultBodyLimit::max(max_body_bytes))
-        .layer(axum::middleware::from_fn(
-            move |req: axum::extract::Request, next: axum::middleware::Next| {
-                refuse_declared_oversize(req, next, max_body_bytes)
-            },
-        ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

@@ -265,7 +265,8 @@ class Client:
 
     def complete_many(self, items: Sequence[Completion]) -> List[CompletionResult]:
         """Complete 1-500 instances in one request and one commit; each item is fenced on its
-        own lease token and answered in order (200, 409 or 404)."""
+        own lease token and answered in order (200, 409, 404, or 403 for an instance of an agent
+        the token may not act for)."""
         return self._do(_api.complete_many(items))
 
     def fail(self, instance_id: str, lease_token: str, error: str, *, retryable: bool = True,

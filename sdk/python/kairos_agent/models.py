@@ -571,7 +571,8 @@ class Completion:
 @dataclass
 class CompletionResult:
     """The answer for one item of ``complete_many``: ``status`` 200 with the instance (now
-    SUCCESS), or 409 (stale lease) / 404 (no such instance) with ``detail``."""
+    SUCCESS), or 409 (stale lease) / 404 (no such instance) / 403 (an instance of an agent the
+    token may not act for) with ``detail``."""
 
     id: str
     status: int
