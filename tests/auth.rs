@@ -171,10 +171,7 @@ async fn roles_limit_what_a_token_may_do(pool: PgPool) {
     )
     .await;
     assert_eq!(status, 200, "{batch}");
-    let answers: Vec<u64> = batch["results"]
-        .as_array()
-        .map(|r| r.iter().filter_map(|x| x["status"].as_u64()).collect())
-        .unwrap_or_default();
+    let answers = common::item_statuses(&batch);
     assert_eq!(answers, [403, 200, 409], "{batch}");
     let refusal = batch["results"][0]["detail"].as_str().unwrap_or("");
     assert!(!refusal.contains("agent_b"), "{refusal}");

@@ -1154,10 +1154,7 @@ async fn an_instance_listed_twice_in_a_batch_gets_each_item_tried_in_order(pool:
     )
     .await;
     assert_eq!(status, 200, "{batch}");
-    let answers: Vec<u64> = batch["results"]
-        .as_array()
-        .map(|r| r.iter().filter_map(|x| x["status"].as_u64()).collect())
-        .unwrap_or_default();
+    let answers = common::item_statuses(&batch);
     // A stale token first does not cost the current one its completion; a second complete
     // after a success is the fence's 409.
     assert_eq!(answers, [409, 200, 200, 409], "{batch}");

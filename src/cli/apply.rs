@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::client::{Client, Error};
 use super::{Output, print_json, task_path};
-use crate::domain::task::parse_timestamp;
+use crate::domain::task::{READ_ONLY_FIELDS, parse_timestamp};
 
 #[derive(Args, Debug)]
 pub struct ApplyArgs {
@@ -207,25 +207,15 @@ fn outcome_json(id: &str, action: Action, changes: &[Change]) -> Value {
     json!({"id": id, "action": action.word(), "changes": changes})
 }
 
-/// The read-only fields of a task (CONTRACT §2): a file saved from `task get -o json` carries
-/// them, and the server ignores them, so they are no change.
-const READ_ONLY: [&str; 6] = [
-    "next_fire_at",
-    "paused_reason",
-    "consecutive_failures",
-    "created_at",
-    "updated_at",
-    "version",
-];
-
 /// The fields `file` sets that differ from `registered`, depth first, keys sorted.
 /// Fields the file leaves out (or sets to `null`) get server defaults and are not compared, nor
-/// are write-only secrets, which the API never shows, nor read-only fields.
+/// are write-only secrets, which the API never shows, nor read-only fields (a file saved from
+/// `task get -o json` carries them; the server ignores them).
 pub fn diff(file: &Value, registered: &Value) -> Vec<Change> {
     let mut out = Vec::new();
     if let Value::Object(fields) = file {
         for (k, v) in fields {
-            if k == "id" || READ_ONLY.contains(&k.as_str()) {
+            if k == "id" || READ_ONLY_FIELDS.contains(&k.as_str()) {
                 continue;
             }
             walk(k, v, registered.get(k).unwrap_or(&Value::Null), &mut out);

@@ -378,12 +378,15 @@ impl TaskSpec {
 
 /// Parse and validate a PUT body for the task `path_id`. Every problem is reported, each with its
 /// field path.
+///
+/// The read-only fields of a task (CONTRACT §2) are accepted and ignored, so that a body read
+/// with `GET` can be sent back.
 pub fn parse_submission(path_id: &str, body: &Value) -> Result<TaskSubmission, Vec<FieldError>> {
     let mut errs = Errors::default();
     let Some(obj) = body.as_object() else {
         return Err(vec![FieldError::new("", "the body must be a JSON object")]);
     };
-    errs.unknown_fields(
+    errs.unknown_fields_but(
         "",
         obj,
         &[
@@ -396,14 +399,9 @@ pub fn parse_submission(path_id: &str, body: &Value) -> Result<TaskSubmission, V
             "notify",
             "circuit_breaker",
             "paused",
-            // Read-only (CONTRACT §2): accepted and ignored, so a GET body can be PUT back.
-            "next_fire_at",
-            "paused_reason",
-            "consecutive_failures",
-            "created_at",
-            "updated_at",
-            "version",
         ],
+        // Read-only (CONTRACT §2): accepted and ignored, so a GET body can be PUT back.
+        &READ_ONLY_FIELDS,
     );
 
     let id = match TaskId::parse(path_id) {
@@ -518,6 +516,16 @@ pub fn valid_name(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ':'))
 }
 
+/// The fields of a task only kairos writes (CONTRACT §2): shown by `GET`, ignored in a `PUT`.
+pub const READ_ONLY_FIELDS: [&str; 6] = [
+    "next_fire_at",
+    "paused_reason",
+    "consecutive_failures",
+    "created_at",
+    "updated_at",
+    "version",
+];
+
 #[derive(Default)]
 struct Errors(Vec<FieldError>);
 
@@ -527,8 +535,19 @@ impl Errors {
     }
 
     fn unknown_fields(&mut self, prefix: &str, obj: &Map<String, Value>, known: &[&str]) {
+        self.unknown_fields_but(prefix, obj, known, &[]);
+    }
+
+    /// As [`Errors::unknown_fields`], with `ignored` keys accepted too.
+    fn unknown_fields_but(
+        &mut self,
+        prefix: &str,
+        obj: &Map<String, Value>,
+        known: &[&str],
+        ignored: &[&str],
+    ) {
         for key in obj.keys() {
-            if !known.contains(&key.as_str()) {
+            if !known.contains(&key.as_str()) && !ignored.contains(&key.as_str()) {
                 self.push(join(prefix, key), "unknown field");
             }
         }

@@ -216,3 +216,11 @@ pub fn sample(text: &str, series: &str) -> f64 {
         })
         .unwrap_or(0.0)
 }
+
+/// The per-item statuses of a `POST /v1/completions` answer, in order.
+pub fn item_statuses(batch: &Value) -> Vec<u64> {
+    batch["results"]
+        .as_array()
+        .map(|r| r.iter().filter_map(|x| x["status"].as_u64()).collect())
+        .unwrap_or_default()
+}
