@@ -122,6 +122,40 @@ async fn metrics_move_by_the_right_amounts(pool: PgPool) {
         "… to 60 s"
     );
     assert_eq!(sample(&after, "kairos_schedule_lag_seconds_count"), 1.0);
+
+    // Windows created by a backfill or a manual trigger count too (a dry run does not).
+    app.put(
+        "/v1/tasks/bf",
+        json!({"agent_id": "ma", "trigger": {"type": "interval", "every_seconds": 60},
+               "execution": {"overlap": "queue"}}),
+    )
+    .await;
+    // Yesterday, within retention whatever the date the suite runs on.
+    let day = (chrono::Utc::now() - chrono::Duration::days(1)).format("%Y-%m-%d");
+    let range = json!({"from": format!("{day}T00:00:00Z"), "to": format!("{day}T00:03:00Z")});
+    let mut dry = range.clone();
+    dry["dry_run"] = json!(true);
+    let (status, _) = json(app.post("/v1/tasks/bf/backfill", dry).await).await;
+    assert_eq!(status, 200);
+    let (status, report) = json(app.post("/v1/tasks/bf/backfill", range).await).await;
+    assert_eq!(
+        (status, report["created"].as_u64()),
+        (200, Some(3)),
+        "{report}"
+    );
+    app.put(
+        "/v1/tasks/man",
+        json!({"agent_id": "ma", "trigger": {"type": "manual"}}),
+    )
+    .await;
+    let (status, _) = json(app.post("/v1/tasks/man/trigger", json!({})).await).await;
+    assert_eq!(status, 201);
+    let later = app.get("/metrics").await.text().await.expect("metrics");
+    assert_eq!(
+        sample(&later, "kairos_windows_created_total")
+            - sample(&after, "kairos_windows_created_total"),
+        4.0
+    );
 }
 
 #[sqlx::test]

@@ -390,19 +390,19 @@ async fn a_window_key_that_is_an_instant_names_one_window_however_it_is_spelled(
     let (status, first) = json(
         app.post(
             "/v1/tasks/rerun/trigger",
-            json!({"window_key": "2026-12-01T08:00:00+08:00"}),
+            json!({"window_key": "2036-12-01T08:00:00+08:00"}),
         )
         .await,
     )
     .await;
     assert_eq!(status, 201, "{first}");
-    assert_eq!(first["window_key"], "2026-12-01T00:00:00Z");
-    assert_eq!(first["idempotency_key"], "rerun:2026-12-01T00:00:00Z");
+    assert_eq!(first["window_key"], "2036-12-01T00:00:00Z");
+    assert_eq!(first["idempotency_key"], "rerun:2036-12-01T00:00:00Z");
     for spelling in [
-        "2026-12-01T00:00:00Z",
-        "2026-12-01T00:00:00+00:00",
-        "2026-12-01T00:00:00.000Z",
-        "2026-12-01t00:00:00z",
+        "2036-12-01T00:00:00Z",
+        "2036-12-01T00:00:00+00:00",
+        "2036-12-01T00:00:00.000Z",
+        "2036-12-01t00:00:00z",
     ] {
         let (status, again) = json(
             app.post("/v1/tasks/rerun/trigger", json!({"window_key": spelling}))
@@ -416,13 +416,13 @@ async fn a_window_key_that_is_an_instant_names_one_window_however_it_is_spelled(
     let (status, frac) = json(
         app.post(
             "/v1/tasks/rerun/trigger",
-            json!({"window_key": "2026-12-01T08:00:00.5+08:00"}),
+            json!({"window_key": "2036-12-01T08:00:00.5+08:00"}),
         )
         .await,
     )
     .await;
     assert_eq!(status, 201, "{frac}");
-    assert_eq!(frac["window_key"], "2026-12-01T00:00:00.500Z");
+    assert_eq!(frac["window_key"], "2036-12-01T00:00:00.500Z");
     let (status, free) = json(
         app.post("/v1/tasks/rerun/trigger", json!({"window_key": "Batch 7"}))
             .await,
@@ -433,7 +433,7 @@ async fn a_window_key_that_is_an_instant_names_one_window_however_it_is_spelled(
     assert_eq!(common::windows(&pool, "rerun").await.len(), 3);
     // The list filter takes any spelling too.
     let (_, page) = json(
-        app.get("/v1/instances?task_id=rerun&window_key=2026-12-01T08:00:00%2B08:00")
+        app.get("/v1/instances?task_id=rerun&window_key=2036-12-01T08:00:00%2B08:00")
             .await,
     )
     .await;
@@ -442,7 +442,7 @@ async fn a_window_key_that_is_an_instant_names_one_window_however_it_is_spelled(
     sqlx::query(
         "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
              agent_id, max_attempts, available_at) \
-         values (gen_random_uuid(), 'rerun', '2026-12-02T08:00:00+08:00', now(), 'PENDING', \
+         values (gen_random_uuid(), 'rerun', '2036-12-02T08:00:00+08:00', now(), 'PENDING', \
              'manual', 'a', 1, now())",
     )
     .execute(&pool)
@@ -451,13 +451,13 @@ async fn a_window_key_that_is_an_instant_names_one_window_however_it_is_spelled(
     let (status, legacy) = json(
         app.post(
             "/v1/tasks/rerun/trigger",
-            json!({"window_key": "2026-12-02T08:00:00+08:00"}),
+            json!({"window_key": "2036-12-02T08:00:00+08:00"}),
         )
         .await,
     )
     .await;
     assert_eq!(status, 200, "{legacy}");
-    assert_eq!(legacy["window_key"], "2026-12-02T08:00:00+08:00");
+    assert_eq!(legacy["window_key"], "2036-12-02T08:00:00+08:00");
 }
 
 #[sqlx::test]

@@ -506,6 +506,7 @@ async fn trigger_task(
         .await
         .map_err(|e| not_found_task(e, &id))?;
     if created {
+        metrics::counter!("kairos_windows_created_total").increment(1);
         tracing::info!(task_id = %id, window_key = %inst.window_key, instance_id = %inst.id, available_at = %format_instant(inst.available_at), "manual run created");
     } else {
         tracing::info!(task_id = %id, window_key = %inst.window_key, instance_id = %inst.id, reason = "window already exists", "manual run conflict");
@@ -606,5 +607,8 @@ pub(crate) async fn run_backfill(
         .await
         .map_err(|e| not_found_task(e, id))?;
     tracing::info!(task_id = %id, from = %format_instant(req.from), to = %format_instant(req.to), dry_run = req.dry_run, overlap = ?req.overlap, reprocess = ?req.reprocess, created = report.created, existing = report.existing, skipped = report.skipped, cancelled = report.cancelled, reprocessed = report.reprocessed, "backfill");
+    if !req.dry_run {
+        metrics::counter!("kairos_windows_created_total").increment(report.created as u64);
+    }
     Ok(report)
 }
