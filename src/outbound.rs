@@ -99,11 +99,8 @@ fn embedded_v4(ip: IpAddr) -> IpAddr {
         return IpAddr::V4(v4);
     }
     let s = v6.segments();
-    if s[..6] == [0; 6] && !v6.is_unspecified() && !v6.is_loopback() {
-        let [.., a, b, c, d] = v6.octets();
-        return IpAddr::V4(Ipv4Addr::new(a, b, c, d));
-    }
-    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+    let compatible = s[..6] == [0; 6] && !v6.is_unspecified() && !v6.is_loopback();
+    if compatible || s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
         let [.., a, b, c, d] = v6.octets();
         return IpAddr::V4(Ipv4Addr::new(a, b, c, d));
     }

@@ -386,23 +386,21 @@ pub fn parse_submission(path_id: &str, body: &Value) -> Result<TaskSubmission, V
     let Some(obj) = body.as_object() else {
         return Err(vec![FieldError::new("", "the body must be a JSON object")]);
     };
-    errs.unknown_fields_but(
-        "",
-        obj,
-        &[
-            "id",
-            "agent_id",
-            "trigger",
-            "execution",
-            "dispatch",
-            "context",
-            "notify",
-            "circuit_breaker",
-            "paused",
-        ],
-        // Read-only (CONTRACT §2): accepted and ignored, so a GET body can be PUT back.
-        &READ_ONLY_FIELDS,
-    );
+    let known: Vec<&str> = [
+        "id",
+        "agent_id",
+        "trigger",
+        "execution",
+        "dispatch",
+        "context",
+        "notify",
+        "circuit_breaker",
+        "paused",
+    ]
+    .into_iter()
+    .chain(READ_ONLY_FIELDS)
+    .collect();
+    errs.unknown_fields("", obj, &known);
 
     let id = match TaskId::parse(path_id) {
         Ok(id) => Some(id),
@@ -535,19 +533,8 @@ impl Errors {
     }
 
     fn unknown_fields(&mut self, prefix: &str, obj: &Map<String, Value>, known: &[&str]) {
-        self.unknown_fields_but(prefix, obj, known, &[]);
-    }
-
-    /// As [`Errors::unknown_fields`], with `ignored` keys accepted too.
-    fn unknown_fields_but(
-        &mut self,
-        prefix: &str,
-        obj: &Map<String, Value>,
-        known: &[&str],
-        ignored: &[&str],
-    ) {
         for key in obj.keys() {
-            if !known.contains(&key.as_str()) && !ignored.contains(&key.as_str()) {
+            if !known.contains(&key.as_str()) {
                 self.push(join(prefix, key), "unknown field");
             }
         }

@@ -442,33 +442,27 @@ async fn complete_batch(
     // times is written in passes, its n-th item in the n-th, so a later item meets the instance
     // as the earlier ones left it (a second complete after a success is a 409; a later item
     // holding the current token succeeds after an earlier stale one).
-    let mut seen: HashMap<Uuid, usize> = HashMap::new();
-    let pass_of: Vec<usize> = items
-        .iter()
-        .map(|c| {
-            let n = seen.entry(c.id).or_insert(0);
-            *n += 1;
-            *n - 1
-        })
-        .collect();
     let ids: Vec<Uuid> = items.iter().map(|c| c.id).collect();
-    let passes = pass_of.iter().max().map_or(0, |m| m + 1);
-    let mut answers: Vec<Option<BatchItem>> = ids
-        .iter()
-        .map(|id| refused.get(id).map(|e| refused_item(*id, e)))
-        .collect();
-    let mut items: Vec<Option<store_instances::Completion>> = items.into_iter().map(Some).collect();
-    for pass in 0..passes {
-        let at: Vec<usize> = (0..ids.len())
-            .filter(|&n| pass_of[n] == pass && answers[n].is_none())
-            .collect();
-        if at.is_empty() {
+    let mut answers: Vec<Option<BatchItem>> = ids.iter().map(|_| None).collect();
+    let mut passes: Vec<Vec<(usize, store_instances::Completion)>> = Vec::new();
+    let mut seen: HashMap<Uuid, usize> = HashMap::new();
+    for (n, c) in items.into_iter().enumerate() {
+        if let Some(e) = refused.get(&c.id) {
+            answers[n] = Some(refused_item(c.id, e));
             continue;
         }
-        let batch: Vec<store_instances::Completion> =
-            at.iter().filter_map(|&n| items[n].take()).collect();
+        let pass = seen.entry(c.id).or_insert(0);
+        if *pass == passes.len() {
+            passes.push(Vec::new());
+        }
+        passes[*pass].push((n, c));
+        *pass += 1;
+    }
+    for pass in passes {
+        let (at, batch): (Vec<usize>, Vec<store_instances::Completion>) = pass.into_iter().unzip();
+        // One answer per item, in order.
         let outcomes = state.group.complete_all(batch).await?;
-        for (&n, outcome) in at.iter().zip(outcomes) {
+        for (n, outcome) in at.into_iter().zip(outcomes) {
             let id = ids[n];
             answers[n] = Some(match outcome {
                 Ok(instance) => BatchItem::Done {
@@ -480,18 +474,7 @@ async fn complete_batch(
             });
         }
     }
-    let results: Vec<BatchItem> = ids
-        .iter()
-        .zip(answers)
-        .map(|(id, a)| {
-            a.unwrap_or_else(|| {
-                refused_item(
-                    *id,
-                    &ApiError::Internal("the batch lost an item's answer".to_owned()),
-                )
-            })
-        })
-        .collect();
+    let results: Vec<BatchItem> = answers.into_iter().flatten().collect();
     Ok(Json(BatchBody { results }))
 }
 

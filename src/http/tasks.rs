@@ -19,7 +19,7 @@ use super::error::ApiError;
 use super::extract::{JsonBody, QueryParams, decode_cursor, encode_cursor, page_limit};
 use super::{AppState, RouteTable};
 use crate::domain::access::{Principal, redact_url};
-use crate::domain::schedule::{CronSchedule, canonical_window_key, format_instant, window_key};
+use crate::domain::schedule::{CronSchedule, format_instant, window_key};
 use crate::domain::task::{FieldError, Task, parse_submission};
 use crate::store::{self, tasks as store_tasks};
 
@@ -354,18 +354,24 @@ async fn preview_cron(
     let count = q.int("count", 10, 1, MAX_PREVIEW_COUNT)?;
     let schedule =
         CronSchedule::parse(expr, timezone).map_err(|e| ApiError::invalid(e.field, e.message))?;
-    let now = store::now(&state.pool).await?;
     let given = q.timestamp("from")?;
-    let from = given.unwrap_or(now);
+    let from = match given {
+        Some(f) => f,
+        None => store::now(&state.pool).await?,
+    };
     // An expression that never fires is refused here as at registration. One that fires, only
     // not within the search horizon after a far `from`, blames `from`.
-    let first = schedule.first_fire_after(from).map_err(|e| {
-        if given.is_some() && schedule.first_fire_after(now).is_ok() {
-            ApiError::invalid("from", e.message)
-        } else {
-            ApiError::invalid(e.field, e.message)
+    let first = match schedule.first_fire_after(from) {
+        Ok(t) => t,
+        Err(e) => {
+            let fires_from_now = given.is_some()
+                && schedule
+                    .first_fire_after(store::now(&state.pool).await?)
+                    .is_ok();
+            let field = if fires_from_now { "from" } else { e.field };
+            return Err(ApiError::invalid(field, e.message));
         }
-    })?;
+    };
     let mut out = vec![format_instant(first)];
     let mut cursor = first;
     while (out.len() as i64) < count {
@@ -431,21 +437,6 @@ async fn trigger_task(
             "must be 1-256 characters without control characters",
         ));
     }
-    // A key that is an instant names that window however it is spelled. The spelling as sent
-    // is kept too: a window triggered under it before keys were made canonical still answers.
-    let (window_key, as_sent) = match window_key {
-        Some(k) => match canonical_window_key(&k) {
-            Some(c) if c != k => (Some(c), Some(k)),
-            _ => (Some(k), None),
-        },
-        None => (None, None),
-    };
-    if let Some(k) = as_sent
-        && let Ok(inst) = store_instances::get_instance_by_window(&state.pool, &id, &k).await
-    {
-        tracing::info!(task_id = %id, window_key = %inst.window_key, instance_id = %inst.id, reason = "window already exists", "manual run conflict");
-        return Ok((StatusCode::OK, Json(instance_json(&inst))).into_response());
-    }
     let delay_seconds = match m.get("delay_seconds") {
         None | Some(Value::Null) => None,
         Some(_) => Some(int_field(&m, "delay_seconds", 0, 0, MAX_DELAY_SECONDS)?),
@@ -506,7 +497,6 @@ async fn trigger_task(
         .await
         .map_err(|e| not_found_task(e, &id))?;
     if created {
-        metrics::counter!("kairos_windows_created_total").increment(1);
         tracing::info!(task_id = %id, window_key = %inst.window_key, instance_id = %inst.id, available_at = %format_instant(inst.available_at), "manual run created");
     } else {
         tracing::info!(task_id = %id, window_key = %inst.window_key, instance_id = %inst.id, reason = "window already exists", "manual run conflict");
@@ -607,8 +597,5 @@ pub(crate) async fn run_backfill(
         .await
         .map_err(|e| not_found_task(e, id))?;
     tracing::info!(task_id = %id, from = %format_instant(req.from), to = %format_instant(req.to), dry_run = req.dry_run, overlap = ?req.overlap, reprocess = ?req.reprocess, created = report.created, existing = report.existing, skipped = report.skipped, cancelled = report.cancelled, reprocessed = report.reprocessed, "backfill");
-    if !req.dry_run {
-        metrics::counter!("kairos_windows_created_total").increment(report.created as u64);
-    }
     Ok(report)
 }

@@ -58,24 +58,30 @@ pub async fn notify_work(conn: &mut PgConnection, agent_id: &str) -> Result<()> 
 /// transaction: the payloads are [`work_payloads`], so each replica wakes up to `count` of the
 /// agent's waiting claims at once instead of one after another.
 pub async fn notify_work_for(conn: &mut PgConnection, agent_id: &str, count: usize) -> Result<()> {
+    send_work_payloads(conn, work_payloads(agent_id, count)).await
+}
+
+/// Announce newly claimable instances, one agent id per instance: each agent's announcement
+/// carries its count ([`work_payloads`]), all in one statement however many agents there are.
+pub async fn notify_work_of(conn: &mut PgConnection, mut agents: Vec<&str>) -> Result<()> {
+    agents.sort_unstable();
+    let payloads: Vec<String> = agents
+        .chunk_by(|a, b| a == b)
+        .flat_map(|group| work_payloads(group[0], group.len()))
+        .collect();
+    if payloads.is_empty() {
+        return Ok(());
+    }
+    send_work_payloads(conn, payloads).await
+}
+
+async fn send_work_payloads(conn: &mut PgConnection, payloads: Vec<String>) -> Result<()> {
     sqlx::query("select pg_notify($1, p) from unnest($2::text[]) as p")
         .bind(WORK_CHANNEL)
-        .bind(work_payloads(agent_id, count))
+        .bind(payloads)
         .execute(&mut *conn)
         .await
         .map_err(map_db_error)?;
-    Ok(())
-}
-
-/// Announce newly claimable instances, one agent id per instance: one announcement per agent,
-/// carrying its count ([`notify_work_for`]).
-pub async fn notify_work_of(conn: &mut PgConnection, mut agents: Vec<&str>) -> Result<()> {
-    agents.sort_unstable();
-    for group in agents.chunk_by(|a, b| a == b) {
-        if let Some(agent) = group.first() {
-            notify_work_for(conn, agent, group.len()).await?;
-        }
-    }
     Ok(())
 }
 
@@ -332,9 +338,10 @@ pub async fn now(pool: &PgPool) -> Result<chrono::DateTime<chrono::Utc>> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn work_payloads_name_the_agent_and_how_many_more_instances() {
-        use super::{parse_work_payload, work_payloads};
         assert_eq!(work_payloads("a", 1), vec!["a"]);
         assert_eq!(work_payloads("a", 0), vec!["a"]);
         assert_eq!(
@@ -350,8 +357,6 @@ mod tests {
         assert_eq!(parse_work_payload(" +5"), (" +5", 1));
         assert_eq!(parse_work_payload("*"), ("*", 1));
     }
-
-    use super::*;
 
     #[test]
     fn compare_and_swap_sources_render_as_the_statements_spelled_them() {

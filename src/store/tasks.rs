@@ -301,7 +301,15 @@ pub async fn upsert_task(
                 set_next_fire_at(&mut tx, spec.id.as_str(), next_fire_at).await?;
             }
             if current.spec.agent_id != spec.agent_id {
-                rehome_waiting(&mut tx, spec.id.as_str(), &spec.agent_id).await?;
+                let moved = super::instances::move_unstarted_to_agent(
+                    &mut tx,
+                    spec.id.as_str(),
+                    &spec.agent_id,
+                )
+                .await?;
+                if moved > 0 {
+                    tracing::info!(task_id = %spec.id.as_str(), agent_id = %spec.agent_id, instances = moved, reason = "the task moved to another agent", "waiting instances moved to the task's agent");
+                }
             }
             Upserted::Replaced
         }
@@ -314,28 +322,6 @@ pub async fn upsert_task(
     }
     tx.commit().await.map_err(map_db_error)?;
     Ok((outcome, task))
-}
-
-/// A task moved to another agent takes its waiting instances along (PENDING, and FAILED ones
-/// waiting for their retry): claims find an agent's work by the instance's `agent_id`, so rows
-/// left under the old agent would be claimable by no one who runs the task now. RUNNING
-/// instances stay with the worker holding them. The new agent's waiting claims are woken.
-async fn rehome_waiting(conn: &mut PgConnection, task_id: &str, agent_id: &str) -> Result<()> {
-    let moved = sqlx::query(
-        "update task_instance set agent_id = $2, updated_at = now() \
-         where task_id = $1 and status in ('PENDING', 'FAILED') and agent_id <> $2",
-    )
-    .bind(task_id)
-    .bind(agent_id)
-    .execute(&mut *conn)
-    .await
-    .map_err(map_db_error)?
-    .rows_affected();
-    if moved > 0 {
-        tracing::info!(task_id = %task_id, agent_id = %agent_id, instances = moved, reason = "the task moved to another agent", "waiting instances moved to the task's agent");
-        super::notify_work(conn, agent_id).await?;
-    }
-    Ok(())
 }
 
 /// Remove a task. Its PENDING and FAILED instances are CANCELLED (with events); RUNNING ones

@@ -32,14 +32,14 @@ const TIMELINE: i64 = 240;
 /// Fire times shown on a task page and in the playground.
 const FIRES: usize = 10;
 
-type Params = Query<HashMap<String, String>>;
+type Params = Query;
 
 /// A page's query parameters. Text holding U+0000 is refused here (422 naming the parameter),
 /// as the API refuses it: it could never be stored or matched, and must not be echoed. (Path
 /// segments holding it are refused for every route before routing.)
-pub struct Query<T>(pub T);
+pub struct Query(pub HashMap<String, String>);
 
-impl<S: Send + Sync> FromRequestParts<S> for Query<HashMap<String, String>> {
+impl<S: Send + Sync> FromRequestParts<S> for Query {
     type Rejection = UiError;
 
     async fn from_request_parts(

@@ -248,11 +248,14 @@ pub async fn backfill(
             }
             report.reprocessed = retried.len();
         }
-        let claimable = report.created.saturating_sub(report.skipped) + report.reprocessed;
+        let pending = report.created.saturating_sub(report.skipped);
+        let claimable = pending + report.reprocessed;
         if claimable > 0 {
             notify_work_for(&mut tx, &spec.agent_id, claimable).await?;
         }
         tx.commit().await.map_err(map_db_error)?;
+        // Windows materialised as PENDING, as the trigger loop counts them.
+        metrics::counter!("kairos_windows_created_total").increment(pending as u64);
     } else {
         report.created = planned.len();
         report.skipped = planned.iter().filter(|p| p.skip.is_some()).count();

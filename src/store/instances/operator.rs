@@ -70,12 +70,17 @@ pub async fn operator_retry(
     .map_err(map_db_error)?;
     let Some(row) = row else {
         drop(tx);
+        // Not retried: its task is gone, or its status is not a source of a retry.
         return Err(match super::get_instance(pool, id).await {
             Ok(i) if from.iter().any(|s| *s == i.status.as_str()) => Error::Conflict(format!(
                 "instance {id} cannot be retried: its task {} was deleted (register the task again to run its windows)",
                 i.task_id
             )),
-            _ => illegal_error(pool, id).await,
+            Ok(i) => Error::Illegal {
+                instance_id: i.id,
+                status: i.status.as_str().to_owned(),
+            },
+            Err(e) => e,
         });
     };
     let inst: Instance = row.try_into()?;

@@ -172,13 +172,17 @@ fn push_instance_page(
         .push_bind(f.limit);
 }
 
-pub async fn get_instance_by_window(pool: &PgPool, task_id: &str, key: &str) -> Result<Instance> {
+pub async fn get_instance_by_window<'e>(
+    conn: impl sqlx::PgExecutor<'e>,
+    task_id: &str,
+    key: &str,
+) -> Result<Instance> {
     let row: InstanceRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "select {INSTANCE_COLUMNS} from task_instance where task_id = $1 and window_key = $2"
     )))
     .bind(task_id)
     .bind(key)
-    .fetch_optional(pool)
+    .fetch_optional(conn)
     .await
     .map_err(map_db_error)?
     .ok_or(Error::NotFound)?;

@@ -16,6 +16,7 @@ use super::{
 use crate::domain::instance::{
     Event, Instance, InstanceStatus, Source, legal_sources, result_digest,
 };
+use crate::domain::schedule::canonical_window_key;
 use crate::store::{Error, Result, map_db_error, notify_work, notify_work_of};
 
 /// A window to insert.
@@ -295,6 +296,33 @@ pub async fn cancel_unstarted_of_task(
     Ok(rows.len() as u64)
 }
 
+/// A task moved to `agent_id` takes its unstarted instances along (PENDING, and FAILED ones
+/// waiting for their retry): claims find an agent's work by the instance's `agent_id`, so rows
+/// left under the old agent would be claimable by no one who runs the task now. RUNNING
+/// instances stay with the worker holding them. The new agent's waiting claims are woken.
+/// Returns how many instances moved.
+pub async fn move_unstarted_to_agent(
+    conn: &mut PgConnection,
+    task_id: &str,
+    agent_id: &str,
+) -> Result<u64> {
+    let moved = sqlx::query(
+        "update task_instance set agent_id = $2, updated_at = now() \
+         where task_id = $1 and status = any($3) and agent_id <> $2",
+    )
+    .bind(task_id)
+    .bind(agent_id)
+    .bind(status_names(&unstarted_sources()))
+    .execute(&mut *conn)
+    .await
+    .map_err(map_db_error)?
+    .rows_affected();
+    if moved > 0 {
+        notify_work(conn, agent_id).await?;
+    }
+    Ok(moved)
+}
+
 /// In the transaction of an upstream SUCCESS: insert the same window for every unpaused task
 /// that runs `after` it (`source = dependency`), recording the upstream instance and its result
 /// digest. The unique window key makes a re-run of the upstream window trigger nothing more.
@@ -385,10 +413,19 @@ pub async fn trigger_instance(
         (None, Some(d)) => now + chrono::Duration::seconds(d),
         (None, None) => now,
     };
-    let key = t
-        .window_key
-        .clone()
-        .unwrap_or_else(|| format!("manual:{}", Uuid::new_v4()));
+    // A key that is an instant names that window however it is spelled. A window triggered
+    // under another spelling before keys were made canonical still answers to that spelling.
+    let key = match &t.window_key {
+        None => format!("manual:{}", Uuid::new_v4()),
+        Some(k) => match canonical_window_key(k) {
+            Some(c) if c != *k => match get_instance_by_window(&mut *tx, task_id, k).await {
+                Ok(old) => return Ok((false, old)),
+                Err(Error::NotFound) => c,
+                Err(e) => return Err(e),
+            },
+            _ => k.clone(),
+        },
+    };
     let report = insert_windows(
         &mut tx,
         &[NewInstance {
@@ -411,6 +448,9 @@ pub async fn trigger_instance(
         notify_work(&mut tx, &spec.agent_id).await?;
     }
     tx.commit().await.map_err(map_db_error)?;
+    if created {
+        metrics::counter!("kairos_windows_created_total").increment(1);
+    }
     let inst = get_instance_by_window(pool, task_id, &key).await?;
     Ok((created, inst))
 }
