@@ -59,6 +59,7 @@ pub struct Config {
     pub trigger_batch_size: i64,
     pub trigger_max_sleep_ms: u64,
     pub trigger_parallelism: usize,
+    pub trigger_lead_ms: u64,
     pub retry_scan_interval_ms: u64,
     pub retry_batch_size: i64,
     pub reaper_interval_ms: u64,
@@ -105,6 +106,7 @@ impl Default for Config {
             trigger_batch_size: 500,
             trigger_max_sleep_ms: 10_000,
             trigger_parallelism: 4,
+            trigger_lead_ms: 1000,
             retry_scan_interval_ms: 1000,
             retry_batch_size: 100,
             reaper_interval_ms: 1000,
@@ -260,6 +262,7 @@ impl Config {
             trigger_batch_size,
             trigger_max_sleep_ms,
             trigger_parallelism,
+            trigger_lead_ms,
             retry_scan_interval_ms,
             retry_batch_size,
             reaper_interval_ms,
@@ -304,6 +307,9 @@ impl Config {
         }
         if !(1..=16).contains(&self.trigger_parallelism) {
             return Err(invalid("trigger_parallelism", "must be from 1 to 16"));
+        }
+        if self.trigger_lead_ms > 10_000 {
+            return Err(invalid("trigger_lead_ms", "must be from 0 to 10000"));
         }
         let floor = self.loop_connections() + MIN_API_CONNECTIONS;
         if !(floor..=1000).contains(&self.database_max_connections) {

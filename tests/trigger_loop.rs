@@ -6,7 +6,7 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Timelike, Utc};
 use common::{TestApp, cron_task, eventually, json, windows};
 use kairos::services::Heartbeats;
 use kairos::services::trigger_loop::{TriggerLoop, TriggerLoopConfig};
@@ -608,4 +608,150 @@ async fn task_changes_racing_three_trigger_loops_all_succeed(
     .await
     .expect("dupes");
     assert_eq!(dupes, 0, "a window was written twice");
+}
+
+/// A loop that stages up to `lead` ahead, in batches of `batch` tasks.
+fn staging_loop(pool: &PgPool, lead: Duration, batch: i64) -> TriggerLoop {
+    let mut cfg = loop_config("stager");
+    cfg.lead = lead;
+    cfg.batch_size = batch;
+    cfg.parallelism = 2;
+    TriggerLoop::new(pool.clone(), cfg, Heartbeats::default())
+}
+
+/// The next whole second at least `secs` seconds from now, by the database clock.
+async fn instant_in(pool: &PgPool, secs: i64) -> DateTime<Utc> {
+    let now = kairos::store::now(pool).await.expect("now");
+    let at = now + chrono::Duration::seconds(secs + 1);
+    at.with_nanosecond(0).expect("whole second")
+}
+
+#[sqlx::test]
+async fn staged_windows_are_written_ahead_and_appear_at_their_instant_and_not_before(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let at = instant_in(&pool, 2).await;
+    let key = kairos::domain::schedule::window_key(at);
+    for i in 0..40 {
+        let (status, body) = json(
+            app.put(
+                &format!("/v1/tasks/staged-{i}"),
+                json!({"agent_id": "a", "trigger": {"type": "once", "at": key}}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    // Batches of 16: each stager writes batch after batch in one transaction.
+    let lp = staging_loop(&pool, Duration::from_secs(10), 16);
+    let staging = tokio::spawn(async move { lp.run_staged(at).await });
+
+    // Before the instant, nothing is visible; once everything is staged, every cursor is held.
+    let mut looks_before = 0;
+    let mut held_before = false;
+    while !staging.is_finished() {
+        let (visible, cursors_free, before): (i64, i64, bool) = sqlx::query_as(
+            "select (select count(*) from task_instance), \
+                    (select count(*) from (select 1 from task_cursor where task_id like 'staged-%' \
+                         for update skip locked) c), \
+                    clock_timestamp() < $1",
+        )
+        .bind(at)
+        .fetch_one(&pool)
+        .await
+        .expect("look");
+        if before {
+            looks_before += 1;
+            assert_eq!(visible, 0, "a staged window was visible before its instant");
+            held_before |= cursors_free == 0;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(looks_before > 0, "the instant came before the first look");
+    assert!(
+        held_before,
+        "the windows were not staged ahead of their instant"
+    );
+    let report = staging.await.expect("join").expect("staged pass");
+    assert_eq!(report.num_created, 40);
+    let now = kairos::store::now(&pool).await.expect("now");
+    assert!(now >= at, "published at {now}, before {at}");
+
+    let rows: Vec<(String, String, DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(
+        "select window_key, status, scheduled_at, created_at from task_instance order by task_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("rows");
+    assert_eq!(rows.len(), 40);
+    for (k, status, scheduled, created) in &rows {
+        assert_eq!((k.as_str(), status.as_str()), (key.as_str(), "PENDING"));
+        assert_eq!(*scheduled, at);
+        assert_eq!(*created, at, "created when it became visible");
+    }
+    // The cursors moved with the windows: a once task has no next window.
+    let left: i64 =
+        sqlx::query_scalar("select count(*) from task_cursor where next_fire_at is not null")
+            .fetch_one(&pool)
+            .await
+            .expect("cursors");
+    assert_eq!(left, 0);
+    assert_eq!(one_pass(&pool).await.num_created, 0);
+    app.shutdown().await;
+}
+
+#[sqlx::test]
+async fn an_overlap_decision_is_made_at_the_instant_not_when_staged(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let at = instant_in(&pool, 2).await;
+    let key = kairos::domain::schedule::window_key(at);
+    for id in ["blocked", "free"] {
+        let (status, body) = json(
+            app.put(
+                &format!("/v1/tasks/{id}"),
+                json!({"agent_id": "a", "trigger": {"type": "once", "at": key},
+                       "execution": {"concurrency_limit": 1, "overlap": "skip"}}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    // An unfinished manual instance: at staging time, `blocked`'s window would be skipped.
+    let (status, manual) = json(app.post("/v1/tasks/blocked/trigger", json!({})).await).await;
+    assert_eq!(status, 201, "{manual}");
+
+    let lp = staging_loop(&pool, Duration::from_secs(10), 500);
+    let staging = tokio::spawn(async move { lp.run_staged(at).await });
+    // The blocking instance finishes before the instant (while the staged pass waits).
+    let (status, body) = json(
+        app.post(
+            &format!(
+                "/v1/instances/{}/cancel",
+                manual["id"].as_str().expect("id")
+            ),
+            json!({}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let staged = staging.await.expect("join").expect("staged pass");
+    assert_eq!(staged.num_created, 1, "only `free` is staged");
+    assert_eq!(staged.num_skipped, 0);
+    assert!(kairos::store::now(&pool).await.expect("now") >= at);
+
+    // The pass at the instant decides `blocked`: nothing is unfinished any more, so it runs.
+    let report = one_pass(&pool).await;
+    assert_eq!((report.num_created, report.num_skipped), (1, 0));
+    for id in ["blocked", "free"] {
+        let rows = windows(&pool, id).await;
+        let scheduled: Vec<_> = rows.iter().filter(|r| r.2 == "schedule").collect();
+        assert_eq!(scheduled.len(), 1, "{id}: {rows:?}");
+        assert_eq!(
+            (scheduled[0].0.as_str(), scheduled[0].1.as_str()),
+            (key.as_str(), "PENDING")
+        );
+    }
+    app.shutdown().await;
 }

@@ -80,6 +80,14 @@ pub struct Plan {
     pub existing: Vec<String>,
 }
 
+impl Plan {
+    /// Every planned window runs (none skipped) and nothing is cancelled: a decision that
+    /// instances finishing later cannot change.
+    pub fn runs_all(&self) -> bool {
+        self.cancel.is_empty() && self.windows.iter().all(|w| w.skip.is_none())
+    }
+}
+
 /// Decide what to write for a task whose next window `next_fire_at` is due at `now`.
 ///
 /// `unfinished` holds the window keys of the task's PENDING/RUNNING/FAILED instances, oldest

@@ -22,7 +22,7 @@ use crate::domain::policy::{Plan, SkipReason, plan_due_windows};
 use crate::domain::schedule::window_key;
 use crate::domain::task::FieldError;
 use crate::store::instances::{
-    NewInstance, cancel_windows, existing_windows, insert_windows, unfinished_windows,
+    NewInstance, cancel_windows, existing_windows, insert_windows_at, unfinished_windows,
 };
 use crate::store::tasks::{
     CursorMove, DueTask, WAKE_HORIZON, advance_tasks, earliest_fire_at, lock_due_tasks,
@@ -47,6 +47,9 @@ pub struct TriggerLoopConfig {
     pub max_sleep: Duration,
     /// Batches materialised at once (`trigger_parallelism`).
     pub parallelism: usize,
+    /// How long before an instant the loop starts staging its windows (`trigger_lead_ms`);
+    /// zero writes them only once due.
+    pub lead: Duration,
 }
 
 impl TriggerLoopConfig {
@@ -64,6 +67,7 @@ impl TriggerLoopConfig {
             batch_size: cfg.trigger_batch_size,
             max_sleep: Duration::from_millis(cfg.trigger_max_sleep_ms),
             parallelism: cfg.trigger_parallelism,
+            lead: Duration::from_millis(cfg.trigger_lead_ms),
         }
     }
 }
@@ -77,6 +81,86 @@ pub struct TriggerReport {
     pub num_conflicts: usize,
     pub num_cancelled: usize,
     pub num_not_recorded: u64,
+}
+
+impl TriggerReport {
+    fn add(&mut self, other: &TriggerReport) {
+        self.num_tasks += other.num_tasks;
+        self.num_created += other.num_created;
+        self.num_skipped += other.num_skipped;
+        self.num_conflicts += other.num_conflicts;
+        self.num_cancelled += other.num_cancelled;
+        self.num_not_recorded += other.num_not_recorded;
+    }
+}
+
+/// What the loop does after a pass.
+enum Next {
+    Sleep(Duration),
+    /// Stage the windows of this coming instant.
+    Stage(DateTime<Utc>),
+}
+
+/// One batch of a pass, written and not yet committed.
+struct Batch {
+    report: TriggerReport,
+    /// As many tasks were due as the batch takes: more may be.
+    full: bool,
+    /// The rows written (every row planned but the conflicts).
+    written: Vec<NewInstance>,
+    /// `(task_id, window_key)` of rows another writer had written first.
+    conflicts: Vec<(String, String)>,
+}
+
+impl Batch {
+    /// Count, log and measure the batch once its transaction has committed, from the rows
+    /// that really were written.
+    fn published(&mut self) {
+        let report = &mut self.report;
+        for r in &self.written {
+            if r.status != InstanceStatus::Skipped {
+                report.num_created += 1;
+                tracing::debug!(task_id = %r.task_id, window_key = %r.window_key, "window materialised");
+                continue;
+            }
+            report.num_skipped += 1;
+            let reason = r.skip_reason.as_deref().unwrap_or("");
+            let label = if reason == "missed" {
+                "missed"
+            } else {
+                "overlap"
+            };
+            metrics::counter!("kairos_skipped_total", "reason" => label).increment(1);
+            tracing::info!(task_id = %r.task_id, window_key = %r.window_key, source = r.source.as_str(), reason = %reason, "window skipped");
+        }
+        for (task_id, key) in &self.conflicts {
+            tracing::info!(task_id = %task_id, window_key = %key, reason = "window already exists", "window insert conflict");
+        }
+        report.num_conflicts += self.conflicts.len();
+        metrics::counter!("kairos_windows_created_total").increment(report.num_created as u64);
+        metrics::counter!("kairos_window_conflicts_total").increment(report.num_conflicts as u64);
+        if report.num_created + report.num_skipped > 0 {
+            tracing::info!(
+                tasks = report.num_tasks,
+                created = report.num_created,
+                skipped = report.num_skipped,
+                conflicts = report.num_conflicts,
+                "trigger pass"
+            );
+        }
+    }
+}
+
+/// How long until `at` by the database clock (zero once it has come).
+async fn until(conn: &mut sqlx::PgConnection, at: DateTime<Utc>) -> store::Result<Duration> {
+    let secs: f64 = sqlx::query_scalar(
+        "select greatest(0, extract(epoch from ($1 - clock_timestamp())))::float8",
+    )
+    .bind(at)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    Ok(Duration::try_from_secs_f64(secs).unwrap_or(Duration::ZERO))
 }
 
 #[derive(Clone)]
@@ -113,12 +197,7 @@ impl TriggerLoop {
                     store::Error::Corrupt(format!("trigger batch task failed: {e}"))
                 })??;
                 any_full |= full;
-                total.num_tasks += report.num_tasks;
-                total.num_created += report.num_created;
-                total.num_skipped += report.num_skipped;
-                total.num_conflicts += report.num_conflicts;
-                total.num_cancelled += report.num_cancelled;
-                total.num_not_recorded += report.num_not_recorded;
+                total.add(&report);
             }
             if !any_full {
                 return Ok(total);
@@ -127,31 +206,117 @@ impl TriggerLoop {
     }
 
     async fn run_batch(&self) -> store::Result<(TriggerReport, bool)> {
-        let actor = format!("trigger:{}", self.config.node_id);
-        let mut report = TriggerReport::default();
         let mut tx = crate::store::begin_hot(&self.pool).await?;
-        let (due, bad) = lock_due_tasks(&mut tx, self.config.batch_size).await?;
+        let mut batch = self.materialise(&mut tx, None).await?;
+        tx.commit().await.map_err(map_db_error)?;
+        batch.published();
+        Ok((batch.report, batch.full))
+    }
+
+    /// Stage the windows due at `at`, a coming instant: lock the due cursors of the tasks
+    /// whose next window falls before or at `at`, write their windows, and commit at `at` by
+    /// the database clock, so the windows become visible (and their agents are woken) at the
+    /// instant itself instead of after the pass that writes them. `parallelism` stagers run
+    /// at once, each in one transaction of batch after batch; a stager that reaches `at`
+    /// before it has staged everything commits at once and leaves the rest to the next pass.
+    ///
+    /// Nothing is visible before the commit, so no window appears before its instant. A task
+    /// with an unfinished instance is not staged: its overlap policy is decided at the instant,
+    /// by the pass after the commit. Task writes (PUT, pause, delete) of a staged task wait for
+    /// the commit, as they wait for any pass holding the task's cursor.
+    pub async fn run_staged(&self, at: DateTime<Utc>) -> store::Result<TriggerReport> {
+        let mut stagers = tokio::task::JoinSet::new();
+        for _ in 0..self.config.parallelism.max(1) {
+            let me = self.clone();
+            stagers.spawn(async move { me.stage(at).await });
+        }
+        let mut total = TriggerReport::default();
+        while let Some(joined) = stagers.join_next().await {
+            let report = joined
+                .map_err(|e| store::Error::Corrupt(format!("trigger stager task failed: {e}")))??;
+            total.add(&report);
+        }
+        Ok(total)
+    }
+
+    /// One stager of [`run_staged`](Self::run_staged).
+    async fn stage(&self, at: DateTime<Utc>) -> store::Result<TriggerReport> {
+        let mut tx = crate::store::begin_hot(&self.pool).await?;
+        let mut staged: Vec<Batch> = Vec::new();
+        loop {
+            let batch = self.materialise(&mut tx, Some(at)).await?;
+            let full = batch.full;
+            staged.push(batch);
+            if !full || until(&mut tx, at).await?.is_zero() {
+                break;
+            }
+        }
+        let wait = until(&mut tx, at).await?;
+        tokio::time::sleep(wait).await;
+        tx.commit().await.map_err(map_db_error)?;
+        let mut report = TriggerReport::default();
+        for mut batch in staged {
+            batch.published();
+            report.add(&batch.report);
+        }
+        if report.num_created > 0 {
+            tracing::debug!(at = %window_key(at), created = report.num_created, "staged windows published");
+        }
+        Ok(report)
+    }
+
+    /// Lock a batch of due tasks and write their windows and cursor moves in `tx`: the tasks
+    /// due now, or with `staged_at` those due at that coming instant (planned as of it).
+    async fn materialise(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        staged_at: Option<DateTime<Utc>>,
+    ) -> store::Result<Batch> {
+        let actor = format!("trigger:{}", self.config.node_id);
+        let (due, bad) = lock_due_tasks(&mut *tx, self.config.batch_size, staged_at).await?;
         let full = (due.len() + bad.len()) as i64 >= self.config.batch_size;
         for (id, why) in &bad {
             tracing::error!(task_id = %id, reason = %why, "stored task definition unreadable; pausing it");
-            quarantine_task(&mut tx, id, &format!("stored definition unreadable: {why}")).await?;
+            quarantine_task(
+                &mut *tx,
+                id,
+                &format!("stored definition unreadable: {why}"),
+            )
+            .await?;
         }
         if due.is_empty() {
-            tx.commit().await.map_err(map_db_error)?;
-            return Ok((report, full));
+            return Ok(Batch {
+                report: TriggerReport::default(),
+                full,
+                written: Vec::new(),
+                conflicts: Vec::new(),
+            });
         }
-        let now: DateTime<Utc> = sqlx::query_scalar("select now()")
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(map_db_error)?;
+        let now: DateTime<Utc> = match staged_at {
+            Some(at) => at,
+            None => sqlx::query_scalar("select now()")
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(map_db_error)?,
+        };
         let ids: Vec<&str> = due.iter().map(|t| t.id.as_str()).collect();
-        let unfinished = unfinished_windows(&mut tx, &ids).await?;
+        let unfinished = unfinished_windows(&mut *tx, &ids).await?;
         let from: Vec<(&str, String)> = due
             .iter()
             .map(|t| (t.id.as_str(), window_key(t.next_fire_at)))
             .collect();
-        let existing = existing_windows(&mut tx, &from).await?;
+        let existing = existing_windows(&mut *tx, &from).await?;
         let (due, plans) = plan_batch(due, unfinished, existing, now).await?;
+        // Staged, a task whose unfinished instances make its overlap policy skip or cancel is
+        // left to the pass at the instant (its cursor stays locked until the commit): an
+        // instance finishing meanwhile would change that decision. Instances finishing cannot
+        // change a decision to run.
+        let (due, plans): (Vec<DueTask>, Vec<_>) = due
+            .into_iter()
+            .zip(plans)
+            .filter(|(_, plan)| staged_at.is_none() || plan.as_ref().is_ok_and(Plan::runs_all))
+            .unzip();
+        let mut report = TriggerReport::default();
 
         let mut rows: Vec<NewInstance> = Vec::new();
         let mut moves = Vec::with_capacity(due.len());
@@ -162,7 +327,7 @@ impl TriggerLoop {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::error!(task_id = %id, reason = %e, "stored trigger no longer valid; pausing task");
-                    quarantine_task(&mut tx, id, &format!("trigger no longer valid: {e}")).await?;
+                    quarantine_task(&mut *tx, id, &format!("trigger no longer valid: {e}")).await?;
                     continue;
                 }
             };
@@ -192,7 +357,7 @@ impl TriggerLoop {
                     .map(|w| window_key(w.scheduled_at))
                     .unwrap_or_default();
                 let reason = format!("overlap replace: superseded by window {newest}");
-                let done = cancel_windows(&mut tx, id, &plan.cancel, &actor, &reason).await?;
+                let done = cancel_windows(&mut *tx, id, &plan.cancel, &actor, &reason).await?;
                 for key in &done {
                     tracing::info!(task_id = %id, window_key = %key, reason = %reason, "instance cancelled");
                 }
@@ -225,60 +390,31 @@ impl TriggerLoop {
             });
         }
 
-        let inserted = insert_windows(&mut tx, &rows, &actor).await?;
+        let inserted = insert_windows_at(&mut *tx, &rows, &actor, staged_at).await?;
         let written = inserted.written(&rows);
-        advance_tasks(&mut tx, &moves).await?;
-        outbox::enqueue(&mut tx, &missed_events(&written, &not_recorded)).await?;
+        advance_tasks(&mut *tx, &moves).await?;
+        outbox::enqueue(&mut *tx, &missed_events(&written, &not_recorded)).await?;
         // Wake the long-polling claims of every agent that got claimable work, as many as it
-        // got instances.
+        // got instances (sent at the commit).
         let agents: Vec<&str> = written
             .iter()
             .filter(|r| r.status == InstanceStatus::Pending)
             .map(|r| r.agent_id.as_str())
             .collect();
-        notify_work_of(&mut tx, agents).await?;
-        tx.commit().await.map_err(map_db_error)?;
-
-        // Logged after commit, from the rows that really were written.
-        for r in &written {
-            if r.status != InstanceStatus::Skipped {
-                report.num_created += 1;
-                tracing::debug!(task_id = %r.task_id, window_key = %r.window_key, "window materialised");
-                continue;
-            }
-            report.num_skipped += 1;
-            let reason = r.skip_reason.as_deref().unwrap_or("");
-            let label = if reason == "missed" {
-                "missed"
-            } else {
-                "overlap"
-            };
-            metrics::counter!("kairos_skipped_total", "reason" => label).increment(1);
-            tracing::info!(task_id = %r.task_id, window_key = %r.window_key, source = r.source.as_str(), reason = %reason, "window skipped");
-        }
-        for (task_id, key) in &inserted.conflicts {
-            tracing::info!(task_id = %task_id, window_key = %key, reason = "window already exists", "window insert conflict");
-        }
-        report.num_conflicts += inserted.conflicts.len();
-        metrics::counter!("kairos_windows_created_total").increment(report.num_created as u64);
-        metrics::counter!("kairos_window_conflicts_total").increment(report.num_conflicts as u64);
-        if report.num_created + report.num_skipped > 0 {
-            tracing::info!(
-                tasks = report.num_tasks,
-                created = report.num_created,
-                skipped = report.num_skipped,
-                conflicts = report.num_conflicts,
-                "trigger pass"
-            );
-        }
-        Ok((report, full))
+        notify_work_of(&mut *tx, agents).await?;
+        Ok(Batch {
+            report,
+            full,
+            written: written.into_iter().cloned().collect(),
+            conflicts: inserted.conflicts,
+        })
     }
 
-    /// How long to sleep: until the earliest `next_fire_at` by the database clock, at most
-    /// `max_sleep`.
-    async fn sleep_for(&self, did_work: bool) -> store::Result<Duration> {
+    /// What to do after a pass: stage the earliest coming instant when it is within the lead,
+    /// else sleep until it is (by the database clock), at most `max_sleep`.
+    async fn next_step(&self, did_work: bool) -> store::Result<Next> {
         let (earliest, now) = earliest_fire_at(&self.pool).await?;
-        Ok(match earliest {
+        let sleep = match earliest {
             None => self.config.max_sleep,
             Some(at) if at <= now => {
                 // Due but not taken by us: another replica holds it. Do not spin.
@@ -288,13 +424,18 @@ impl TriggerLoop {
                     CONTENDED_SLEEP
                 }
             }
-            Some(at) => (at - now)
-                .to_std()
-                .unwrap_or(Duration::ZERO)
-                .min(self.config.max_sleep),
-        }
+            Some(at) => {
+                let ahead = (at - now).to_std().unwrap_or(Duration::ZERO);
+                if !self.config.lead.is_zero() && ahead <= self.config.lead {
+                    return Ok(Next::Stage(at));
+                }
+                ahead
+                    .saturating_sub(self.config.lead)
+                    .min(self.config.max_sleep)
+            }
+        };
         // Changes due later than the wake horizon send no notification: look again by then.
-        .min(WAKE_HORIZON))
+        Ok(Next::Sleep(sleep.min(WAKE_HORIZON)))
     }
 
     /// Run until `shutdown` is cancelled. Database errors are logged with their cause and
@@ -332,8 +473,29 @@ impl TriggerLoop {
                 Ok(report) => {
                     errors = 0;
                     self.heartbeats.tick(LOOP_NAME, self.config.max_sleep);
-                    match self.sleep_for(report.num_tasks > 0).await {
-                        Ok(d) => d,
+                    match self.next_step(report.num_tasks > 0).await {
+                        Ok(Next::Sleep(d)) => d,
+                        Ok(Next::Stage(at)) => {
+                            let staged = tokio::select! {
+                                biased;
+                                _ = shutdown.cancelled() => break,
+                                r = self.run_staged(at) => r,
+                            };
+                            if let Err(e) = staged {
+                                errors = errors.saturating_add(1);
+                                let wait = error_backoff(errors);
+                                tracing::error!(error = %error_chain(&e), retry_in_ms = wait.as_millis() as u64, "staging trigger pass failed");
+                                tokio::select! {
+                                    biased;
+                                    _ = shutdown.cancelled() => break,
+                                    _ = tokio::time::sleep(wait) => {}
+                                }
+                            } else {
+                                errors = 0;
+                            }
+                            // The pass after the instant takes what was not staged.
+                            continue;
+                        }
                         Err(e) => {
                             tracing::warn!(error = %error_chain(&e), "trigger loop cannot read next fire time");
                             error_backoff(0)

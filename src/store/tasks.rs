@@ -437,14 +437,21 @@ struct DueRow {
 /// (measured with 100,000 tasks due at one instant: about a third of the daemon's CPU in the
 /// pass). Rows whose parts no longer parse are returned as errors beside the good ones so one
 /// bad row cannot stall the loop.
+///
+/// `staged_until`: instead of the tasks due now, the tasks whose next window falls after now
+/// and at or before that coming instant (the loop stages them; overdue tasks are left to a
+/// pass that publishes at once).
 pub async fn lock_due_tasks(
     conn: &mut PgConnection,
     limit: i64,
+    staged_until: Option<DateTime<Utc>>,
 ) -> Result<(Vec<DueTask>, Vec<(String, String)>)> {
     let rows: Vec<DueRow> = sqlx::query_as(
         "with c as materialized ( \
              select task_id, next_fire_at from task_cursor \
-             where not paused and next_fire_at is not null and next_fire_at <= now() \
+             where not paused and next_fire_at is not null \
+               and next_fire_at <= coalesce($2, now()) \
+               and ($2::timestamptz is null or next_fire_at > now()) \
              order by next_fire_at limit $1 \
              for update skip locked \
          ) \
@@ -457,6 +464,7 @@ pub async fn lock_due_tasks(
          order by c.next_fire_at",
     )
     .bind(limit)
+    .bind(staged_until)
     .fetch_all(&mut *conn)
     .await
     .map_err(map_db_error)?;

@@ -36,7 +36,7 @@ pub use read::{InstanceFilter, agents_of, get_instance, get_instance_by_window, 
 pub use retention::prune_finished;
 pub use windows::{
     Created, InsertReport, ManualTrigger, NewInstance, cancel_unstarted_of_task, cancel_windows,
-    existing_windows, insert_windows, move_unstarted_to_agent, trigger_instance,
+    existing_windows, insert_windows, insert_windows_at, move_unstarted_to_agent, trigger_instance,
     unfinished_windows,
 };
 

@@ -77,6 +77,18 @@ pub async fn insert_windows(
     rows: &[NewInstance],
     actor: &str,
 ) -> Result<InsertReport> {
+    insert_windows_at(conn, rows, actor, None).await
+}
+
+/// [`insert_windows`], recording the rows as created at `created_at` instead of the
+/// transaction's start: the trigger loop stages a coming instant's windows in a transaction
+/// that it commits at that instant, and they are created when they become visible.
+pub async fn insert_windows_at(
+    conn: &mut PgConnection,
+    rows: &[NewInstance],
+    actor: &str,
+    created_at: Option<DateTime<Utc>>,
+) -> Result<InsertReport> {
     if rows.is_empty() {
         return Ok(InsertReport::default());
     }
@@ -98,11 +110,13 @@ pub async fn insert_windows(
         "with ins as ( \
              insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
                  agent_id, attempt, max_attempts, available_at, skip_reason, finished_at, \
-                 context_override, created_by, created_status, created_reason) \
+                 context_override, created_by, created_status, created_reason, created_at, \
+                 updated_at) \
              select id, task_id, window_key, scheduled_at, status, source, agent_id, 1, \
                  max_attempts, available_at, skip_reason, \
-                 case when status = 'SKIPPED' then now() end, context_override, $12, status, \
-                 coalesce(skip_reason, source) \
+                 case when status = 'SKIPPED' then coalesce($13, now()) end, context_override, \
+                 $12, status, coalesce(skip_reason, source), coalesce($13, now()), \
+                 coalesce($13, now()) \
              from unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], \
                          $6::text[], $7::text[], $8::int[], $9::timestamptz[], $10::text[], \
                          $11::jsonb[]) \
@@ -125,6 +139,7 @@ pub async fn insert_windows(
     .bind(&reasons)
     .bind(&contexts)
     .bind(actor)
+    .bind(created_at)
     .fetch_all(&mut *conn)
     .await
     .map_err(map_db_error)?;
