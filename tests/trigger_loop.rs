@@ -703,13 +703,15 @@ async fn staged_windows_are_written_ahead_and_appear_at_their_instant_and_not_be
 #[sqlx::test]
 async fn an_overlap_decision_is_made_at_the_instant_not_when_staged(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
-    let at = instant_in(&pool, 2).await;
+    let at = instant_in(&pool, 3).await;
     let key = kairos::domain::schedule::window_key(at);
-    for id in ["blocked", "free"] {
+    // `blocked` is due a second before `free`, so a stager reads it first.
+    let blocked_key = kairos::domain::schedule::window_key(at - chrono::Duration::seconds(1));
+    for (id, k) in [("blocked", &blocked_key), ("free", &key)] {
         let (status, body) = json(
             app.put(
                 &format!("/v1/tasks/{id}"),
-                json!({"agent_id": "a", "trigger": {"type": "once", "at": key},
+                json!({"agent_id": "a", "trigger": {"type": "once", "at": k},
                        "execution": {"concurrency_limit": 1, "overlap": "skip"}}),
             )
             .await,
@@ -721,7 +723,8 @@ async fn an_overlap_decision_is_made_at_the_instant_not_when_staged(pool: PgPool
     let (status, manual) = json(app.post("/v1/tasks/blocked/trigger", json!({})).await).await;
     assert_eq!(status, 201, "{manual}");
 
-    let lp = staging_loop(&pool, Duration::from_secs(10), 500);
+    // Batches of one: the batch after `blocked` must not read it again.
+    let lp = staging_loop(&pool, Duration::from_secs(10), 1);
     let staging = tokio::spawn(async move { lp.run_staged(at).await });
     // The blocking instance finishes before the instant (while the staged pass waits).
     let (status, body) = json(
@@ -744,13 +747,13 @@ async fn an_overlap_decision_is_made_at_the_instant_not_when_staged(pool: PgPool
     // The pass at the instant decides `blocked`: nothing is unfinished any more, so it runs.
     let report = one_pass(&pool).await;
     assert_eq!((report.num_created, report.num_skipped), (1, 0));
-    for id in ["blocked", "free"] {
+    for (id, k) in [("blocked", &blocked_key), ("free", &key)] {
         let rows = windows(&pool, id).await;
         let scheduled: Vec<_> = rows.iter().filter(|r| r.2 == "schedule").collect();
         assert_eq!(scheduled.len(), 1, "{id}: {rows:?}");
         assert_eq!(
             (scheduled[0].0.as_str(), scheduled[0].1.as_str()),
-            (key.as_str(), "PENDING")
+            (k.as_str(), "PENDING")
         );
     }
     app.shutdown().await;

@@ -110,6 +110,8 @@ struct Batch {
     written: Vec<NewInstance>,
     /// `(task_id, window_key)` of rows another writer had written first.
     conflicts: Vec<(String, String)>,
+    /// Tasks locked and left for the pass at the instant (staged batches only).
+    passed_over: Vec<String>,
 }
 
 impl Batch {
@@ -207,7 +209,7 @@ impl TriggerLoop {
 
     async fn run_batch(&self) -> store::Result<(TriggerReport, bool)> {
         let mut tx = crate::store::begin_hot(&self.pool).await?;
-        let mut batch = self.materialise(&mut tx, None).await?;
+        let mut batch = self.materialise(&mut tx, None, &[]).await?;
         tx.commit().await.map_err(map_db_error)?;
         batch.published();
         Ok((batch.report, batch.full))
@@ -243,9 +245,13 @@ impl TriggerLoop {
     async fn stage(&self, at: DateTime<Utc>) -> store::Result<TriggerReport> {
         let mut tx = crate::store::begin_hot(&self.pool).await?;
         let mut staged: Vec<Batch> = Vec::new();
+        // Tasks locked and left to the pass at the instant: the next batch must not read them
+        // again (this transaction's own locks do not make SKIP LOCKED pass them over).
+        let mut passed_over: Vec<String> = Vec::new();
         loop {
-            let batch = self.materialise(&mut tx, Some(at)).await?;
+            let mut batch = self.materialise(&mut tx, Some(at), &passed_over).await?;
             let full = batch.full;
+            passed_over.append(&mut batch.passed_over);
             staged.push(batch);
             if !full || until(&mut tx, at).await?.is_zero() {
                 break;
@@ -271,9 +277,11 @@ impl TriggerLoop {
         &self,
         tx: &mut sqlx::PgConnection,
         staged_at: Option<DateTime<Utc>>,
+        passed_over: &[String],
     ) -> store::Result<Batch> {
         let actor = format!("trigger:{}", self.config.node_id);
-        let (due, bad) = lock_due_tasks(&mut *tx, self.config.batch_size, staged_at).await?;
+        let (due, bad) =
+            lock_due_tasks(&mut *tx, self.config.batch_size, staged_at, passed_over).await?;
         let full = (due.len() + bad.len()) as i64 >= self.config.batch_size;
         for (id, why) in &bad {
             tracing::error!(task_id = %id, reason = %why, "stored task definition unreadable; pausing it");
@@ -290,6 +298,7 @@ impl TriggerLoop {
                 full,
                 written: Vec::new(),
                 conflicts: Vec::new(),
+                passed_over: Vec::new(),
             });
         }
         let now: DateTime<Utc> = match staged_at {
@@ -311,10 +320,17 @@ impl TriggerLoop {
         // left to the pass at the instant (its cursor stays locked until the commit): an
         // instance finishing meanwhile would change that decision. Instances finishing cannot
         // change a decision to run.
+        let mut left = Vec::new();
         let (due, plans): (Vec<DueTask>, Vec<_>) = due
             .into_iter()
             .zip(plans)
-            .filter(|(_, plan)| staged_at.is_none() || plan.as_ref().is_ok_and(Plan::runs_all))
+            .filter(|(task, plan)| {
+                let stage = staged_at.is_none() || plan.as_ref().is_ok_and(Plan::runs_all);
+                if !stage {
+                    left.push(task.id.clone());
+                }
+                stage
+            })
             .unzip();
         let mut report = TriggerReport::default();
 
@@ -407,6 +423,7 @@ impl TriggerLoop {
             full,
             written: written.into_iter().cloned().collect(),
             conflicts: inserted.conflicts,
+            passed_over: left,
         })
     }
 

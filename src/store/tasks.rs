@@ -440,11 +440,13 @@ struct DueRow {
 ///
 /// `staged_until`: instead of the tasks due now, the tasks whose next window falls after now
 /// and at or before that coming instant (the loop stages them; overdue tasks are left to a
-/// pass that publishes at once).
+/// pass that publishes at once). `passed_over`: tasks this transaction locked and left as
+/// they were, not to be read again.
 pub async fn lock_due_tasks(
     conn: &mut PgConnection,
     limit: i64,
     staged_until: Option<DateTime<Utc>>,
+    passed_over: &[String],
 ) -> Result<(Vec<DueTask>, Vec<(String, String)>)> {
     let rows: Vec<DueRow> = sqlx::query_as(
         "with c as materialized ( \
@@ -452,6 +454,7 @@ pub async fn lock_due_tasks(
              where not paused and next_fire_at is not null \
                and next_fire_at <= coalesce($2, now()) \
                and ($2::timestamptz is null or next_fire_at > now()) \
+               and task_id <> all($3) \
              order by next_fire_at limit $1 \
              for update skip locked \
          ) \
@@ -465,6 +468,7 @@ pub async fn lock_due_tasks(
     )
     .bind(limit)
     .bind(staged_until)
+    .bind(passed_over)
     .fetch_all(&mut *conn)
     .await
     .map_err(map_db_error)?;
