@@ -783,10 +783,13 @@ async fn three_staging_replicas_write_every_window_of_queued_tasks_exactly_once(
         handles.push(tokio::spawn(lp.run(stop.child_token())));
     }
     let pool = pools[0].clone();
-    eventually(Duration::from_secs(20), "five windows of every task", || {
-        let pool = pool.clone();
-        async move {
-            let fewest: Option<i64> = sqlx::query_scalar(
+    eventually(
+        Duration::from_secs(20),
+        "five windows of every task",
+        || {
+            let pool = pool.clone();
+            async move {
+                let fewest: Option<i64> = sqlx::query_scalar(
                 "select min(n) from (select count(*) as n from task_instance group by task_id) c \
                  having count(*) = 20",
             )
@@ -794,9 +797,10 @@ async fn three_staging_replicas_write_every_window_of_queued_tasks_exactly_once(
             .await
             .expect("count")
             .flatten();
-            (fewest.unwrap_or(0) >= 5).then_some(())
-        }
-    })
+                (fewest.unwrap_or(0) >= 5).then_some(())
+            }
+        },
+    )
     .await;
     stop.cancel();
     for h in handles {
@@ -822,4 +826,43 @@ async fn three_staging_replicas_write_every_window_of_queued_tasks_exactly_once(
             .await
             .expect("staged");
     assert!(staged > 0, "no window was staged");
+}
+
+#[sqlx::test]
+async fn a_task_moved_to_another_agent_while_its_window_is_staged_takes_that_window_along(
+    pool: PgPool,
+) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let at = instant_in(&pool, 2).await;
+    let key = kairos::domain::schedule::window_key(at);
+    let task = |agent: &str| json!({"agent_id": agent, "trigger": {"type": "once", "at": key}});
+    let (status, body) = json(app.put("/v1/tasks/mover", task("old")).await).await;
+    assert_eq!(status, 201, "{body}");
+
+    let lp = staging_loop(&pool, Duration::from_secs(10), 500);
+    let staging = tokio::spawn(async move { lp.run_staged(at).await });
+    // Once the window is staged (the cursor is held), move the task.
+    eventually(Duration::from_secs(5), "the staged cursor", || {
+        let pool = pool.clone();
+        async move {
+            let free: i64 = sqlx::query_scalar(
+                "select count(*) from (select 1 from task_cursor for update skip locked) c",
+            )
+            .fetch_one(&pool)
+            .await
+            .expect("look");
+            (free == 0).then_some(())
+        }
+    })
+    .await;
+    let (status, body) = json(app.put("/v1/tasks/mover", task("new")).await).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(staging.await.expect("join").expect("staged").num_created, 1);
+    let agents: Vec<(String, String)> =
+        sqlx::query_as("select window_key, agent_id from task_instance where task_id = 'mover'")
+            .fetch_all(&pool)
+            .await
+            .expect("rows");
+    assert_eq!(agents, vec![(key, "new".to_owned())]);
+    app.shutdown().await;
 }
