@@ -115,6 +115,11 @@ struct Batch {
 }
 
 impl Batch {
+    /// The batch wrote nothing and moved no cursor (it may have locked tasks it left alone).
+    fn is_empty(&self) -> bool {
+        self.written.is_empty() && self.conflicts.is_empty() && self.report.num_tasks == 0
+    }
+
     /// Count, log and measure the batch once its transaction has committed, from the rows
     /// that really were written.
     fn published(&mut self) {
@@ -223,9 +228,10 @@ impl TriggerLoop {
     /// before it has staged everything commits at once and leaves the rest to the next pass.
     ///
     /// Nothing is visible before the commit, so no window appears before its instant. A task
-    /// with an unfinished instance is not staged: its overlap policy is decided at the instant,
-    /// by the pass after the commit. Task writes (PUT, pause, delete) of a staged task wait for
-    /// the commit, as they wait for any pass holding the task's cursor.
+    /// whose unfinished instances would make its overlap policy skip or cancel is not staged:
+    /// the pass after the commit decides it at the instant. Task writes (PUT, pause, delete)
+    /// of a staged task wait for the commit, as they wait for any pass holding the task's
+    /// cursor. The pass returns at `at` whether or not it staged anything.
     pub async fn run_staged(&self, at: DateTime<Utc>) -> store::Result<TriggerReport> {
         let mut stagers = tokio::task::JoinSet::new();
         for _ in 0..self.config.parallelism.max(1) {
@@ -258,8 +264,14 @@ impl TriggerLoop {
             }
         }
         let wait = until(&mut tx, at).await?;
-        tokio::time::sleep(wait).await;
-        tx.commit().await.map_err(map_db_error)?;
+        if staged.iter().all(Batch::is_empty) {
+            // Nothing to publish: hold no transaction (and no connection) while waiting.
+            tx.commit().await.map_err(map_db_error)?;
+            tokio::time::sleep(wait).await;
+        } else {
+            tokio::time::sleep(wait).await;
+            tx.commit().await.map_err(map_db_error)?;
+        }
         let mut report = TriggerReport::default();
         for mut batch in staged {
             batch.published();
