@@ -64,6 +64,10 @@ fn describe_metrics() {
             "Windows materialised as PENDING instances",
         ),
         (
+            "kairos_windows_staged_total",
+            "Of those, windows the trigger loop wrote ahead and published at their instant (trigger_lead_ms)",
+        ),
+        (
             "kairos_window_conflicts_total",
             "Window inserts that found the window already there (lost to another replica or an earlier pass)",
         ),

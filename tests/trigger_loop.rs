@@ -642,6 +642,8 @@ async fn staged_windows_are_written_ahead_and_appear_at_their_instant_and_not_be
         .await;
         assert_eq!(status, 201, "{body}");
     }
+    let metrics = app.get("/metrics").await.text().await.expect("metrics");
+    let staged_before = common::sample(&metrics, "kairos_windows_staged_total");
     // Batches of 16: each stager writes batch after batch in one transaction.
     let lp = staging_loop(&pool, Duration::from_secs(10), 16);
     let staging = tokio::spawn(async move { lp.run_staged(at).await });
@@ -697,6 +699,11 @@ async fn staged_windows_are_written_ahead_and_appear_at_their_instant_and_not_be
             .expect("cursors");
     assert_eq!(left, 0);
     assert_eq!(one_pass(&pool).await.num_created, 0);
+    let metrics = app.get("/metrics").await.text().await.expect("metrics");
+    assert_eq!(
+        common::sample(&metrics, "kairos_windows_staged_total") - staged_before,
+        40.0
+    );
     app.shutdown().await;
 }
 

@@ -277,6 +277,7 @@ impl TriggerLoop {
             batch.published();
             report.add(&batch.report);
         }
+        metrics::counter!("kairos_windows_staged_total").increment(report.num_created as u64);
         if report.num_created > 0 {
             tracing::debug!(at = %window_key(at), created = report.num_created, "staged windows published");
         }
