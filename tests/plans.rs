@@ -172,3 +172,37 @@ async fn a_hot_transaction_finds_rows_by_key_while_the_statistics_say_the_table_
     let (_, setting, _) = plan_in(false).await;
     assert_eq!(setting, "on");
 }
+
+#[sqlx::test]
+async fn a_statement_left_with_a_sequential_scan_in_a_hot_transaction_is_not_jit_compiled(
+    pool: PgPool,
+) {
+    // A table no index can answer: in a hot transaction its scan still runs, priced by
+    // `enable_seqscan = off` far above `jit_above_cost`. Compiled, a statement of a few rows
+    // took 405 ms of JIT in a hand-run EXPLAIN of the completion's shape.
+    sqlx::query("create table no_index (n int)")
+        .execute(&pool)
+        .await
+        .expect("table");
+    sqlx::query("insert into no_index select generate_series(1, 100)")
+        .execute(&pool)
+        .await
+        .expect("rows");
+    let explain = "explain (analyze, format json) select sum(n) from no_index";
+    let mut tx = kairos::store::begin_hot(&pool).await.expect("begin hot");
+    let (plan,): (Value,) = sqlx::query_as(explain)
+        .fetch_one(&mut *tx)
+        .await
+        .expect("explain");
+    tx.commit().await.expect("commit");
+    let mut read = Vec::new();
+    scans(&plan, &mut read);
+    assert!(
+        read.iter().any(|(node, _)| node == "Seq Scan"),
+        "the scan still runs: {plan}"
+    );
+    assert!(
+        plan[0].get("JIT").is_none(),
+        "no JIT in a hot transaction: {plan}"
+    );
+}
