@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::{DateTime, Timelike, Utc};
-use common::{TestApp, cron_task, eventually, json, windows};
+use common::{TestApp, claim, cron_task, eventually, json, windows};
 use kairos::services::Heartbeats;
 use kairos::services::trigger_loop::{TriggerLoop, TriggerLoopConfig};
 use serde_json::json;
@@ -871,5 +871,149 @@ async fn a_task_moved_to_another_agent_while_its_window_is_staged_takes_that_win
             .await
             .expect("rows");
     assert_eq!(agents, vec![(key, "new".to_owned())]);
+    app.shutdown().await;
+}
+
+#[sqlx::test]
+async fn a_task_due_while_another_instant_is_staged_is_written_when_due(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let far = instant_in(&pool, 4).await;
+    let once = |at: DateTime<Utc>| {
+        json!({"agent_id": "a", "trigger": {"type": "once", "at": kairos::domain::schedule::window_key(at)},
+               "execution": {"misfire_grace_seconds": 1}})
+    };
+    let (status, body) = json(app.put("/v1/tasks/far", once(far)).await).await;
+    assert_eq!(status, 201, "{body}");
+    let stop = CancellationToken::new();
+    let mut cfg = loop_config("r");
+    cfg.lead = Duration::from_secs(10);
+    let lp = TriggerLoop::new(pool.clone(), cfg, Heartbeats::default());
+    let handle = tokio::spawn(lp.run(stop.child_token()));
+    // The loop stages `far` (its cursor is held) ...
+    eventually(Duration::from_secs(5), "far staged", || {
+        let pool = pool.clone();
+        async move {
+            let free: i64 = sqlx::query_scalar(
+                "select count(*) from (select 1 from task_cursor where task_id = 'far' \
+                 for update skip locked) c",
+            )
+            .fetch_one(&pool)
+            .await
+            .expect("look");
+            (free == 0).then_some(())
+        }
+    })
+    .await;
+    // ... when a task due well before it is registered, with a grace of one second.
+    let soon = instant_in(&pool, 0).await + chrono::Duration::seconds(1);
+    assert!(soon < far);
+    let (status, body) = json(app.put("/v1/tasks/soon", once(soon)).await).await;
+    assert_eq!(status, 201, "{body}");
+    let rows = eventually(Duration::from_secs(15), "both windows", || {
+        let pool = pool.clone();
+        async move {
+            let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
+                "select task_id, status, skip_reason from task_instance order by scheduled_at",
+            )
+            .fetch_all(&pool)
+            .await
+            .expect("rows");
+            (rows.len() == 2).then_some(rows)
+        }
+    })
+    .await;
+    stop.cancel();
+    handle.await.expect("loop stopped");
+    // Written when due, not held back to the staged instant (which would miss its grace).
+    assert_eq!(
+        rows,
+        vec![
+            ("soon".to_owned(), "PENDING".to_owned(), None),
+            ("far".to_owned(), "PENDING".to_owned(), None)
+        ]
+    );
+    app.shutdown().await;
+}
+
+#[sqlx::test]
+async fn a_manual_run_waits_for_a_staged_window_and_a_failure_of_other_work_never_does(
+    pool: PgPool,
+) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let at = instant_in(&pool, 3).await;
+    let key = kairos::domain::schedule::window_key(at);
+    // `idle` has nothing unfinished and is staged; `busy` has a running attempt whose failure
+    // opens its circuit, and is left to the pass at the instant, unlocked.
+    for id in ["idle", "busy"] {
+        let (status, body) = json(
+            app.put(
+                &format!("/v1/tasks/{id}"),
+                json!({"agent_id": "a", "trigger": {"type": "once", "at": key},
+                       "execution": {"max_retries": 0},
+                       "circuit_breaker": {"failure_threshold": 1}}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let (status, body) = json(app.post("/v1/tasks/busy/trigger", json!({})).await).await;
+    assert_eq!(status, 201, "{body}");
+    let claimed = claim(&app, "a", "w", 1, json!({})).await;
+    assert_eq!(claimed.len(), 1);
+
+    let lp = staging_loop(&pool, Duration::from_secs(10), 500);
+    let staging = tokio::spawn(async move { lp.run_staged(at).await });
+    let held = |task: &'static str| {
+        let pool = pool.clone();
+        async move {
+            let free: i64 = sqlx::query_scalar(
+                "select count(*) from (select 1 from task_cursor where task_id = $1 \
+                 for update skip locked) c",
+            )
+            .bind(task)
+            .fetch_one(&pool)
+            .await
+            .expect("look");
+            free == 0
+        }
+    };
+    eventually(Duration::from_secs(5), "idle staged", || async move {
+        held("idle").await.then_some(())
+    })
+    .await;
+    assert!(
+        !held("busy").await,
+        "a task with unfinished work is not held"
+    );
+
+    // The failure (which pauses `busy` and so writes its cursor) is answered before the instant.
+    let (status, body) = json(
+        app.post(
+            &format!(
+                "/v1/instances/{}/fail",
+                claimed[0]["id"].as_str().expect("id")
+            ),
+            json!({"lease_token": claimed[0]["lease_token"], "error": "boom", "retryable": false}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(kairos::store::now(&pool).await.expect("now") < at);
+
+    // A manual run of `idle` is answered only once its staged window is published, so it comes
+    // after that window, as it would have had the window been written at its instant.
+    let (status, manual) = json(app.post("/v1/tasks/idle/trigger", json!({})).await).await;
+    assert_eq!(status, 201, "{manual}");
+    assert!(kairos::store::now(&pool).await.expect("now") >= at);
+    let staged = staging.await.expect("join").expect("staged");
+    assert_eq!((staged.num_created, staged.num_skipped), (1, 0));
+    let rows = windows(&pool, "idle").await;
+    let statuses: Vec<(&str, &str)> = rows.iter().map(|r| (r.1.as_str(), r.2.as_str())).collect();
+    assert_eq!(
+        statuses,
+        vec![("PENDING", "schedule"), ("PENDING", "manual")]
+    );
     app.shutdown().await;
 }

@@ -97,8 +97,11 @@ impl TriggerReport {
 /// What the loop does after a pass.
 enum Next {
     Sleep(Duration),
-    /// Stage the windows of this coming instant.
-    Stage(DateTime<Utc>),
+    /// Stage the windows of this coming instant, `ahead` from now.
+    Stage {
+        at: DateTime<Utc>,
+        ahead: Duration,
+    },
 }
 
 /// One batch of a pass, written and not yet committed.
@@ -227,24 +230,39 @@ impl TriggerLoop {
     /// at once, each in one transaction of batch after batch; a stager that reaches `at`
     /// before it has staged everything commits at once and leaves the rest to the next pass.
     ///
-    /// Nothing is visible before the commit, so no window appears before its instant. A task
-    /// whose unfinished instances would make its overlap policy skip or cancel is not staged:
-    /// the pass after the commit decides it at the instant. Task writes (PUT, pause, delete)
-    /// of a staged task wait for the commit, as they wait for any pass holding the task's
-    /// cursor. The pass returns at `at` whether or not it staged anything.
+    /// Nothing is visible before the commit, so no window appears before its instant. Only
+    /// tasks with no unfinished instance are locked ([`lock_due_tasks`]), and a plan that would
+    /// still skip or cancel is passed over: the pass after the commit decides those at the
+    /// instant. Writes of a staged task (PUT, pause, delete, a manual run, an operator retry, a
+    /// backfill) wait for the commit through its cursor row, and so come after its window. The
+    /// pass returns at `at` whether or not it staged anything.
     pub async fn run_staged(&self, at: DateTime<Utc>) -> store::Result<TriggerReport> {
         let mut stagers = tokio::task::JoinSet::new();
         for _ in 0..self.config.parallelism.max(1) {
             let me = self.clone();
             stagers.spawn(async move { me.stage(at).await });
         }
+        // Every stager publishes what it wrote, whatever the others' fate; the first failure is
+        // reported after.
         let mut total = TriggerReport::default();
+        let mut failed = None;
         while let Some(joined) = stagers.join_next().await {
-            let report = joined
-                .map_err(|e| store::Error::Corrupt(format!("trigger stager task failed: {e}")))??;
-            total.add(&report);
+            match joined {
+                Ok(Ok(report)) => total.add(&report),
+                Ok(Err(e)) => {
+                    failed.get_or_insert(e);
+                }
+                Err(e) => {
+                    failed.get_or_insert(store::Error::Corrupt(format!(
+                        "trigger stager task failed: {e}"
+                    )));
+                }
+            }
         }
-        Ok(total)
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(total),
+        }
     }
 
     /// One stager of [`run_staged`](Self::run_staged).
@@ -440,14 +458,16 @@ impl TriggerLoop {
         })
     }
 
-    /// What to do after a pass: stage the earliest coming instant when it is within the lead,
-    /// else sleep until it is (by the database clock), at most `max_sleep`.
-    async fn next_step(&self, did_work: bool) -> store::Result<Next> {
+    /// What to do after a pass: stage the earliest coming instant when it is within the lead
+    /// (unless a staging pass is in flight), else sleep until it is, or until it comes when it
+    /// is being staged (by the database clock), at most `max_sleep`.
+    async fn next_step(&self, did_work: bool, staging: bool) -> store::Result<Next> {
         let (earliest, now) = earliest_fire_at(&self.pool).await?;
         let sleep = match earliest {
             None => self.config.max_sleep,
             Some(at) if at <= now => {
-                // Due but not taken by us: another replica holds it. Do not spin.
+                // Due but not taken by us: another replica, or our staging pass about to
+                // publish, holds it. Do not spin.
                 if did_work {
                     Duration::ZERO
                 } else {
@@ -456,16 +476,33 @@ impl TriggerLoop {
             }
             Some(at) => {
                 let ahead = (at - now).to_std().unwrap_or(Duration::ZERO);
-                if !self.config.lead.is_zero() && ahead <= self.config.lead {
-                    return Ok(Next::Stage(at));
+                let within = !self.config.lead.is_zero() && ahead <= self.config.lead;
+                if within && !staging {
+                    return Ok(Next::Stage { at, ahead });
                 }
-                ahead
-                    .saturating_sub(self.config.lead)
-                    .min(self.config.max_sleep)
+                if within {
+                    ahead
+                } else {
+                    ahead
+                        .saturating_sub(self.config.lead)
+                        .min(self.config.max_sleep)
+                }
             }
         };
         // Changes due later than the wake horizon send no notification: look again by then.
         Ok(Next::Sleep(sleep.min(WAKE_HORIZON)))
+    }
+
+    /// Start [`run_staged`](Self::run_staged) for `at` beside the loop, which keeps taking due
+    /// work and notifications meanwhile; its failures are logged (the pass at the instant then
+    /// writes what it did not publish).
+    fn start_staging(&self, at: DateTime<Utc>) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = me.run_staged(at).await {
+                tracing::error!(error = %error_chain(&e), at = %window_key(at), "staging trigger pass failed; the pass at the instant writes its windows");
+            }
+        })
     }
 
     /// Run until `shutdown` is cancelled. Database errors are logged with their cause and
@@ -474,10 +511,15 @@ impl TriggerLoop {
         self.heartbeats.expect(LOOP_NAME, self.config.max_sleep);
         let mut listener: Option<PgListener> = None;
         let mut errors: u32 = 0;
+        // The staging pass in flight, if any: one at a time.
+        let mut staging: Option<tokio::task::JoinHandle<()>> = None;
         tracing::info!(node_id = %self.config.node_id, "trigger loop started");
         loop {
             if shutdown.is_cancelled() {
                 break;
+            }
+            if staging.as_ref().is_some_and(|h| h.is_finished()) {
+                staging = None;
             }
             if listener.is_none() {
                 listener = match PgListener::connect_with(&self.pool).await {
@@ -503,28 +545,16 @@ impl TriggerLoop {
                 Ok(report) => {
                     errors = 0;
                     self.heartbeats.tick(LOOP_NAME, self.config.max_sleep);
-                    match self.next_step(report.num_tasks > 0).await {
+                    match self
+                        .next_step(report.num_tasks > 0, staging.is_some())
+                        .await
+                    {
                         Ok(Next::Sleep(d)) => d,
-                        Ok(Next::Stage(at)) => {
-                            let staged = tokio::select! {
-                                biased;
-                                _ = shutdown.cancelled() => break,
-                                r = self.run_staged(at) => r,
-                            };
-                            if let Err(e) = staged {
-                                errors = errors.saturating_add(1);
-                                let wait = error_backoff(errors);
-                                tracing::error!(error = %error_chain(&e), retry_in_ms = wait.as_millis() as u64, "staging trigger pass failed");
-                                tokio::select! {
-                                    biased;
-                                    _ = shutdown.cancelled() => break,
-                                    _ = tokio::time::sleep(wait) => {}
-                                }
-                            } else {
-                                errors = 0;
-                            }
-                            // The pass after the instant takes what was not staged.
-                            continue;
+                        Ok(Next::Stage { at, ahead }) => {
+                            staging = Some(self.start_staging(at));
+                            // Until the instant, woken by task changes as any sleep is; the
+                            // pass at the instant takes what was not staged.
+                            ahead
                         }
                         Err(e) => {
                             tracing::warn!(error = %error_chain(&e), "trigger loop cannot read next fire time");
@@ -565,6 +595,15 @@ impl TriggerLoop {
             if let Err(e) = woke {
                 tracing::warn!(error = %error_chain(&e), "trigger loop lost its LISTEN connection; reconnecting");
                 listener = None;
+            }
+        }
+        if let Some(handle) = staging {
+            // A staging pass ends at its instant, at most the lead away: let it publish what
+            // it wrote rather than leave those windows to another replica or a restart.
+            let bound = self.config.lead + Duration::from_secs(5);
+            let abort = handle.abort_handle();
+            if tokio::time::timeout(bound, handle).await.is_err() {
+                abort.abort();
             }
         }
         tracing::info!("trigger loop stopped");

@@ -58,6 +58,21 @@ pub async fn begin_hot(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx:
         .map_err(map_db_error)
 }
 
+/// Share-lock the trigger cursor of `task_id` in the caller's transaction, for a write that
+/// adds an unfinished instance outside the trigger loop (a manual trigger, an operator retry,
+/// a backfill). A trigger pass holding the cursor, in particular one staging the task's next
+/// window up to `trigger_lead_ms` ahead, decided that window's overlap policy with the
+/// instances it saw; the write waits for its commit and so comes after the window, as it
+/// would if the window had been written at its instant.
+pub async fn hold_task_cursor(conn: &mut PgConnection, task_id: &str) -> Result<()> {
+    sqlx::query("select 1 from task_cursor where task_id = $1 for key share")
+        .bind(task_id)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_db_error)?;
+    Ok(())
+}
+
 /// Announce that `agent_id` may have claimable work, inside the caller's transaction.
 pub async fn notify_work(conn: &mut PgConnection, agent_id: &str) -> Result<()> {
     notify_work_for(conn, agent_id, 1).await

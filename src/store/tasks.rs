@@ -439,21 +439,33 @@ struct DueRow {
 /// bad row cannot stall the loop.
 ///
 /// `staged_until`: instead of the tasks due now, the tasks whose next window falls after now
-/// and at or before that coming instant (the loop stages them; overdue tasks are left to a
-/// pass that publishes at once). `passed_over`: tasks this transaction locked and left as
-/// they were, not to be read again.
+/// and at or before that coming instant, and that have no unfinished (PENDING, RUNNING,
+/// FAILED) instance (the loop stages them). Overdue tasks are left to a pass that publishes at
+/// once; tasks with unfinished instances are left unlocked to the pass at the instant, which
+/// decides their overlap policy then, and a failure of one of their instances (which may open
+/// the task's circuit, writing its cursor) never waits for a staging transaction.
+/// `passed_over`: tasks this transaction locked and left as they were, not to be read again.
 pub async fn lock_due_tasks(
     conn: &mut PgConnection,
     limit: i64,
     staged_until: Option<DateTime<Utc>>,
     passed_over: &[String],
 ) -> Result<(Vec<DueTask>, Vec<(String, String)>)> {
-    let rows: Vec<DueRow> = sqlx::query_as(
+    // No unfinished instance: a first-row probe per status, each in the order of that
+    // status's task-keyed partial index.
+    let idle = format!(
+        "not {} and (select true from task_instance r where r.task_id = task_cursor.task_id \
+             and r.status = 'RUNNING' order by r.run_slot limit 1) is null \
+         and (select true from task_instance r where r.task_id = task_cursor.task_id \
+             and r.status = 'FAILED' order by r.scheduled_at limit 1) is null",
+        super::has_pending_sql("task_cursor.task_id", "true")
+    );
+    let rows: Vec<DueRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "with c as materialized ( \
              select task_id, next_fire_at from task_cursor \
              where not paused and next_fire_at is not null \
                and next_fire_at <= coalesce($2, now()) \
-               and ($2::timestamptz is null or next_fire_at > now()) \
+               and ($2::timestamptz is null or (next_fire_at > now() and {idle})) \
                and task_id <> all($3) \
              order by next_fire_at limit $1 \
              for update skip locked \
@@ -464,8 +476,8 @@ pub async fn lock_due_tasks(
                  (spec->'execution')::text as execution \
              from tasks t where t.id = c.task_id offset 0 \
          ) t \
-         order by c.next_fire_at",
-    )
+         order by c.next_fire_at"
+    )))
     .bind(limit)
     .bind(staged_until)
     .bind(passed_over)

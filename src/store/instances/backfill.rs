@@ -118,6 +118,7 @@ pub async fn backfill(
             .map_err(map_db_error)?;
     let spec: TaskSpec = serde_json::from_value(spec.ok_or(Error::NotFound)?.0)
         .map_err(|e| Error::Corrupt(format!("tasks.spec: {e}")))?;
+    crate::store::hold_task_cursor(&mut tx, task_id).await?;
     let schedule = spec
         .trigger
         .schedule()

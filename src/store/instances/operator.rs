@@ -36,6 +36,9 @@ pub(super) const OPERATOR_RETRY_SQL: &str = "upd as ( \
 /// a task's instances after locking the task (a `PUT` moving its waiting instances, `DELETE`,
 /// a backfill's reprocess). Locking the instance first deadlocked against them. A concurrent
 /// DELETE thus waits for the retry (and then cancels the retried instance) or wins before it.
+/// Between the two, the task's trigger cursor is share-locked
+/// ([`hold_task_cursor`](crate::store::hold_task_cursor)): a retry waits for a staged window of
+/// its task to be published.
 pub async fn operator_retry(
     pool: &PgPool,
     id: Uuid,
@@ -44,15 +47,18 @@ pub async fn operator_retry(
 ) -> Result<Instance> {
     let from = status_names(&legal_sources(Event::OperatorRetry));
     let mut tx = pool.begin().await.map_err(map_db_error)?;
-    sqlx::query(
-        "select 1 from tasks t \
+    let task_id: Option<String> = sqlx::query_scalar(
+        "select t.id from tasks t \
          where t.id = (select i.task_id from task_instance i where i.id = $1) \
          for key share",
     )
     .bind(id)
-    .execute(&mut *tx)
+    .fetch_optional(&mut *tx)
     .await
     .map_err(map_db_error)?;
+    if let Some(task_id) = &task_id {
+        crate::store::hold_task_cursor(&mut tx, task_id).await?;
+    }
     let row: Option<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "with old as ( \
              select i.id, i.status from task_instance i join tasks t on t.id = i.task_id \

@@ -80,9 +80,11 @@ pub async fn insert_windows(
     insert_windows_at(conn, rows, actor, None).await
 }
 
-/// [`insert_windows`], recording the rows as created at `created_at` instead of the
-/// transaction's start: the trigger loop stages a coming instant's windows in a transaction
-/// that it commits at that instant, and they are created when they become visible.
+/// [`insert_windows`], recording the rows as created at `created_at` (or at the insert, if that
+/// is later) instead of the transaction's start: the trigger loop stages a coming instant's
+/// windows in a transaction that it commits at that instant, and they are created when they
+/// become visible. A batch a stager writes after the instant is recorded when written, a
+/// lower bound of its commit.
 pub async fn insert_windows_at(
     conn: &mut PgConnection,
     rows: &[NewInstance],
@@ -114,14 +116,15 @@ pub async fn insert_windows_at(
                  updated_at) \
              select id, task_id, window_key, scheduled_at, status, source, agent_id, 1, \
                  max_attempts, available_at, skip_reason, \
-                 case when status = 'SKIPPED' then coalesce($13, now()) end, context_override, \
-                 $12, status, coalesce(skip_reason, source), coalesce($13, now()), \
-                 coalesce($13, now()) \
+                 case when status = 'SKIPPED' then created end, context_override, \
+                 $12, status, coalesce(skip_reason, source), created, created \
              from unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], \
                          $6::text[], $7::text[], $8::int[], $9::timestamptz[], $10::text[], \
                          $11::jsonb[]) \
                  as r(id, task_id, window_key, scheduled_at, status, source, agent_id, \
                       max_attempts, available_at, skip_reason, context_override) \
+             cross join (select case when $13::timestamptz is null then now() \
+                                     else greatest($13, clock_timestamp()) end as created) c \
              on conflict (task_id, window_key) do nothing \
              returning id, task_id, window_key, status \
          ) \
@@ -406,7 +409,8 @@ pub struct ManualTrigger {
 
 /// Create a manual (or delayed) instance of `task_id`, or find the one with the same key.
 /// Returns whether it was created. Manual runs are not subject to overlap skips (someone asked
-/// for this run); the concurrency limit still holds at claim time.
+/// for this run); the concurrency limit still holds at claim time. A manual run of a task whose
+/// next window is being staged waits for it ([`hold_task_cursor`](crate::store::hold_task_cursor)).
 pub async fn trigger_instance(
     pool: &PgPool,
     task_id: &str,
@@ -414,8 +418,11 @@ pub async fn trigger_instance(
     actor: &str,
 ) -> Result<(bool, Instance)> {
     let mut tx = pool.begin().await.map_err(map_db_error)?;
+    crate::store::hold_task_cursor(&mut tx, task_id).await?;
+    // The run's time is read after that wait: a run that waited for a staged window comes
+    // after it.
     let row: Option<(Json<Value>, DateTime<Utc>)> =
-        sqlx::query_as("select spec, now() from tasks where id = $1")
+        sqlx::query_as("select spec, clock_timestamp() from tasks where id = $1")
             .bind(task_id)
             .fetch_optional(&mut *tx)
             .await
@@ -441,7 +448,7 @@ pub async fn trigger_instance(
             _ => k.clone(),
         },
     };
-    let report = insert_windows(
+    let report = insert_windows_at(
         &mut tx,
         &[NewInstance {
             task_id: task_id.to_owned(),
@@ -456,6 +463,7 @@ pub async fn trigger_instance(
             context_override: t.context.clone(),
         }],
         actor,
+        Some(now),
     )
     .await?;
     let created = !report.created.is_empty();
