@@ -619,6 +619,27 @@ fn staging_loop(pool: &PgPool, lead: Duration, batch: i64) -> TriggerLoop {
     TriggerLoop::new(pool.clone(), cfg, Heartbeats::default())
 }
 
+/// Whether a trigger pass (here: a staging one) holds the cursor of `task`.
+async fn cursor_held(pool: &PgPool, task: &str) -> bool {
+    let free: i64 = sqlx::query_scalar(
+        "select count(*) from (select 1 from task_cursor where task_id = $1 \
+         for update skip locked) c",
+    )
+    .bind(task)
+    .fetch_one(pool)
+    .await
+    .expect("look at the cursor");
+    free == 0
+}
+
+/// Wait until a staging pass holds the cursor of `task`.
+async fn until_staged(pool: &PgPool, task: &str) {
+    eventually(Duration::from_secs(5), "the staged cursor", || async move {
+        cursor_held(pool, task).await.then_some(())
+    })
+    .await;
+}
+
 /// The next whole second at least `secs` seconds from now, by the database clock.
 async fn instant_in(pool: &PgPool, secs: i64) -> DateTime<Utc> {
     let now = kairos::store::now(pool).await.expect("now");
@@ -730,9 +751,12 @@ async fn an_overlap_decision_is_made_at_the_instant_not_when_staged(pool: PgPool
     let (status, manual) = json(app.post("/v1/tasks/blocked/trigger", json!({})).await).await;
     assert_eq!(status, 201, "{manual}");
 
-    // Batches of one: the batch after `blocked` must not read it again.
+    // Batches of one: `blocked`, due first, is read past (it has unfinished work) and `free`
+    // is staged.
     let lp = staging_loop(&pool, Duration::from_secs(10), 1);
     let staging = tokio::spawn(async move { lp.run_staged(at).await });
+    until_staged(&pool, "free").await;
+    assert!(!cursor_held(&pool, "blocked").await);
     // The blocking instance finishes before the instant (while the staged pass waits).
     let (status, body) = json(
         app.post(
@@ -849,19 +873,7 @@ async fn a_task_moved_to_another_agent_while_its_window_is_staged_takes_that_win
     let lp = staging_loop(&pool, Duration::from_secs(10), 500);
     let staging = tokio::spawn(async move { lp.run_staged(at).await });
     // Once the window is staged (the cursor is held), move the task.
-    eventually(Duration::from_secs(5), "the staged cursor", || {
-        let pool = pool.clone();
-        async move {
-            let free: i64 = sqlx::query_scalar(
-                "select count(*) from (select 1 from task_cursor for update skip locked) c",
-            )
-            .fetch_one(&pool)
-            .await
-            .expect("look");
-            (free == 0).then_some(())
-        }
-    })
-    .await;
+    until_staged(&pool, "mover").await;
     let (status, body) = json(app.put("/v1/tasks/mover", task("new")).await).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(staging.await.expect("join").expect("staged").num_created, 1);
@@ -890,20 +902,7 @@ async fn a_task_due_while_another_instant_is_staged_is_written_when_due(pool: Pg
     let lp = TriggerLoop::new(pool.clone(), cfg, Heartbeats::default());
     let handle = tokio::spawn(lp.run(stop.child_token()));
     // The loop stages `far` (its cursor is held) ...
-    eventually(Duration::from_secs(5), "far staged", || {
-        let pool = pool.clone();
-        async move {
-            let free: i64 = sqlx::query_scalar(
-                "select count(*) from (select 1 from task_cursor where task_id = 'far' \
-                 for update skip locked) c",
-            )
-            .fetch_one(&pool)
-            .await
-            .expect("look");
-            (free == 0).then_some(())
-        }
-    })
-    .await;
+    until_staged(&pool, "far").await;
     // ... when a task due well before it is registered, with a grace of one second.
     let soon = instant_in(&pool, 0).await + chrono::Duration::seconds(1);
     assert!(soon < far);
@@ -964,26 +963,9 @@ async fn a_manual_run_waits_for_a_staged_window_and_a_failure_of_other_work_neve
 
     let lp = staging_loop(&pool, Duration::from_secs(10), 500);
     let staging = tokio::spawn(async move { lp.run_staged(at).await });
-    let held = |task: &'static str| {
-        let pool = pool.clone();
-        async move {
-            let free: i64 = sqlx::query_scalar(
-                "select count(*) from (select 1 from task_cursor where task_id = $1 \
-                 for update skip locked) c",
-            )
-            .bind(task)
-            .fetch_one(&pool)
-            .await
-            .expect("look");
-            free == 0
-        }
-    };
-    eventually(Duration::from_secs(5), "idle staged", || async move {
-        held("idle").await.then_some(())
-    })
-    .await;
+    until_staged(&pool, "idle").await;
     assert!(
-        !held("busy").await,
+        !cursor_held(&pool, "busy").await,
         "a task with unfinished work is not held"
     );
 
