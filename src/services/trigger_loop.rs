@@ -22,7 +22,8 @@ use crate::domain::policy::{Plan, SkipReason, plan_due_windows};
 use crate::domain::schedule::window_key;
 use crate::domain::task::FieldError;
 use crate::store::instances::{
-    NewInstance, cancel_windows, existing_windows, insert_windows_at, unfinished_windows,
+    InsertReport, NewInstance, cancel_windows, existing_windows, insert_windows_at,
+    unfinished_windows,
 };
 use crate::store::tasks::{
     CursorMove, DueTask, WAKE_HORIZON, advance_tasks, earliest_fire_at, lock_due_tasks,
@@ -105,29 +106,30 @@ enum Next {
 }
 
 /// One batch of a pass, written and not yet committed.
+#[derive(Default)]
 struct Batch {
     report: TriggerReport,
     /// As many tasks were due as the batch takes: more may be.
     full: bool,
-    /// The rows written (every row planned but the conflicts).
-    written: Vec<NewInstance>,
-    /// `(task_id, window_key)` of rows another writer had written first.
-    conflicts: Vec<(String, String)>,
+    /// The rows planned, and which of them the insert wrote.
+    rows: Vec<NewInstance>,
+    inserted: InsertReport,
     /// Tasks locked and left for the pass at the instant (staged batches only).
     passed_over: Vec<String>,
 }
 
 impl Batch {
-    /// The batch wrote nothing and moved no cursor (it may have locked tasks it left alone).
+    /// The batch planned no task, so it wrote nothing and moved no cursor (it may have locked
+    /// tasks it left alone, or paused unreadable ones).
     fn is_empty(&self) -> bool {
-        self.written.is_empty() && self.conflicts.is_empty() && self.report.num_tasks == 0
+        self.report.num_tasks == 0
     }
 
     /// Count, log and measure the batch once its transaction has committed, from the rows
     /// that really were written.
     fn published(&mut self) {
         let report = &mut self.report;
-        for r in &self.written {
+        for r in self.inserted.written(&self.rows) {
             if r.status != InstanceStatus::Skipped {
                 report.num_created += 1;
                 tracing::debug!(task_id = %r.task_id, window_key = %r.window_key, "window materialised");
@@ -143,10 +145,10 @@ impl Batch {
             metrics::counter!("kairos_skipped_total", "reason" => label).increment(1);
             tracing::info!(task_id = %r.task_id, window_key = %r.window_key, source = r.source.as_str(), reason = %reason, "window skipped");
         }
-        for (task_id, key) in &self.conflicts {
+        for (task_id, key) in &self.inserted.conflicts {
             tracing::info!(task_id = %task_id, window_key = %key, reason = "window already exists", "window insert conflict");
         }
-        report.num_conflicts += self.conflicts.len();
+        report.num_conflicts += self.inserted.conflicts.len();
         metrics::counter!("kairos_windows_created_total").increment(report.num_created as u64);
         metrics::counter!("kairos_window_conflicts_total").increment(report.num_conflicts as u64);
         if report.num_created + report.num_skipped > 0 {
@@ -325,11 +327,8 @@ impl TriggerLoop {
         }
         if due.is_empty() {
             return Ok(Batch {
-                report: TriggerReport::default(),
                 full,
-                written: Vec::new(),
-                conflicts: Vec::new(),
-                passed_over: Vec::new(),
+                ..Batch::default()
             });
         }
         let now: DateTime<Utc> = match staged_at {
@@ -345,12 +344,12 @@ impl TriggerLoop {
             .iter()
             .map(|t| (t.id.as_str(), window_key(t.next_fire_at)))
             .collect();
-        let existing = existing_windows(&mut *tx, &from).await?;
+        let existing = existing_windows(&mut *tx, &from, now).await?;
         let (due, plans) = plan_batch(due, unfinished, existing, now).await?;
-        // Staged, a task whose unfinished instances make its overlap policy skip or cancel is
-        // left to the pass at the instant (its cursor stays locked until the commit): an
-        // instance finishing meanwhile would change that decision. Instances finishing cannot
-        // change a decision to run.
+        // Staged tasks have no unfinished instance (`lock_due_tasks`), so their plans run every
+        // window. One that still skips or cancels (a window already past its grace at the
+        // instant, when the cursor moved after the instant was chosen) is left, its cursor
+        // locked until the commit, to the pass at the instant, which decides it then.
         let mut left = Vec::new();
         let (due, plans): (Vec<DueTask>, Vec<_>) = due
             .into_iter()
@@ -452,8 +451,8 @@ impl TriggerLoop {
         Ok(Batch {
             report,
             full,
-            written: written.into_iter().cloned().collect(),
-            conflicts: inserted.conflicts,
+            rows,
+            inserted,
             passed_over: left,
         })
     }

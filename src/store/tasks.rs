@@ -425,6 +425,37 @@ struct DueRow {
     next_fire_at: DateTime<Utc>,
 }
 
+/// The cursor query of [`lock_due_tasks`], built once. A staged task must have no unfinished
+/// instance: a first-row probe per status, each in the order of that status's task-keyed
+/// partial index.
+static LOCK_DUE_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let idle = format!(
+        "not {} and (select true from task_instance r where r.task_id = task_cursor.task_id \
+             and r.status = 'RUNNING' order by r.run_slot limit 1) is null \
+         and (select true from task_instance r where r.task_id = task_cursor.task_id \
+             and r.status = 'FAILED' order by r.scheduled_at limit 1) is null",
+        super::has_pending_sql("task_cursor.task_id", "true")
+    );
+    format!(
+        "with c as materialized ( \
+             select task_id, next_fire_at from task_cursor \
+             where not paused and next_fire_at is not null \
+               and next_fire_at <= coalesce($2, now()) \
+               and ($2::timestamptz is null or (next_fire_at > now() and {idle})) \
+               and task_id <> all($3) \
+             order by next_fire_at limit $1 \
+             for update skip locked \
+         ) \
+         select c.task_id as id, t.agent_id, t.trigger, t.execution, c.next_fire_at from c \
+         cross join lateral ( \
+             select agent_id, (spec->'trigger')::text as trigger, \
+                 (spec->'execution')::text as execution \
+             from tasks t where t.id = c.task_id offset 0 \
+         ) t \
+         order by c.next_fire_at"
+    )
+});
+
 /// Lock the cursors of up to `limit` due, unpaused tasks, skipping those another replica holds
 /// (task rows are read, never locked or written, by the loop; a cursor skipped because another
 /// replica holds it costs no task read). Each task is one primary-key lookup: with the
@@ -451,39 +482,13 @@ pub async fn lock_due_tasks(
     staged_until: Option<DateTime<Utc>>,
     passed_over: &[String],
 ) -> Result<(Vec<DueTask>, Vec<(String, String)>)> {
-    // No unfinished instance: a first-row probe per status, each in the order of that
-    // status's task-keyed partial index.
-    let idle = format!(
-        "not {} and (select true from task_instance r where r.task_id = task_cursor.task_id \
-             and r.status = 'RUNNING' order by r.run_slot limit 1) is null \
-         and (select true from task_instance r where r.task_id = task_cursor.task_id \
-             and r.status = 'FAILED' order by r.scheduled_at limit 1) is null",
-        super::has_pending_sql("task_cursor.task_id", "true")
-    );
-    let rows: Vec<DueRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "with c as materialized ( \
-             select task_id, next_fire_at from task_cursor \
-             where not paused and next_fire_at is not null \
-               and next_fire_at <= coalesce($2, now()) \
-               and ($2::timestamptz is null or (next_fire_at > now() and {idle})) \
-               and task_id <> all($3) \
-             order by next_fire_at limit $1 \
-             for update skip locked \
-         ) \
-         select c.task_id as id, t.agent_id, t.trigger, t.execution, c.next_fire_at from c \
-         cross join lateral ( \
-             select agent_id, (spec->'trigger')::text as trigger, \
-                 (spec->'execution')::text as execution \
-             from tasks t where t.id = c.task_id offset 0 \
-         ) t \
-         order by c.next_fire_at"
-    )))
-    .bind(limit)
-    .bind(staged_until)
-    .bind(passed_over)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    let rows: Vec<DueRow> = sqlx::query_as(sqlx::AssertSqlSafe(LOCK_DUE_SQL.as_str()))
+        .bind(limit)
+        .bind(staged_until)
+        .bind(passed_over)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_db_error)?;
     let mut due = Vec::with_capacity(rows.len());
     let mut bad = Vec::new();
     for row in rows {

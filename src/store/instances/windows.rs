@@ -193,10 +193,12 @@ pub async fn unfinished_windows(
 }
 
 /// For each `(task_id, first due window key)`, the keys of rows that already exist from that
-/// key up to now (window keys of scheduled windows sort chronologically).
+/// key up to `until`, the instant the windows are planned for (window keys of scheduled
+/// windows sort chronologically).
 pub async fn existing_windows(
     conn: &mut PgConnection,
     from: &[(&str, String)],
+    until: DateTime<Utc>,
 ) -> Result<HashMap<String, std::collections::HashSet<String>>> {
     let ids: Vec<&str> = from.iter().map(|f| f.0).collect();
     let keys: Vec<&str> = from.iter().map(|f| f.1.as_str()).collect();
@@ -204,10 +206,11 @@ pub async fn existing_windows(
         "select i.task_id, i.window_key \
          from unnest($1::text[], $2::text[]) as d(task_id, from_key) \
          join task_instance i on i.task_id = d.task_id and i.window_key >= d.from_key \
-             and i.window_key <= to_char(now() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')",
+             and i.window_key <= $3",
     )
     .bind(&ids)
     .bind(&keys)
+    .bind(crate::domain::schedule::window_key(until))
     .fetch_all(&mut *conn)
     .await
     .map_err(map_db_error)?;
