@@ -5,10 +5,14 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use common::{TestApp, backlog, claim, json};
+use kairos::store::group_commit::GroupCommit;
+use kairos::store::instances::{Completion, FailureReport, LeaseExtension};
 use serde_json::{Value, json};
 use sqlx::PgPool;
+use uuid::Uuid;
 
 async fn setup(app: &TestApp, pool: &PgPool, n: i32) -> Vec<Value> {
     let (status, body) = json(
@@ -119,4 +123,217 @@ async fn concurrent_single_calls_each_get_their_own_answer(pool: PgPool) {
             ("SUCCESS".to_owned(), 120),
         ]
     );
+}
+
+/// Claim `n` instances of a fresh manual task `task` (agent `fa`), with up to 3 attempts each.
+async fn claimed_of(app: &TestApp, pool: &PgPool, task: &str, n: i32) -> Vec<(Uuid, Uuid)> {
+    let (status, body) = json(
+        app.put(
+            &format!("/v1/tasks/{task}"),
+            json!({"agent_id": "fa", "trigger": {"type": "manual"},
+                   "execution": {"concurrency_limit": 100, "max_retries": 2}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    backlog(pool, task, "fa", n, 60, 3).await;
+    let got = claim(app, "fa", "w", 100, json!({})).await;
+    assert_eq!(got.len(), n as usize);
+    got.iter()
+        .map(|i| {
+            let id = i["id"].as_str().and_then(|s| s.parse().ok()).expect("id");
+            let token = i["lease_token"]
+                .as_str()
+                .and_then(|s| s.parse().ok())
+                .expect("token");
+            (id, token)
+        })
+        .collect()
+}
+
+/// Holds a row lock on instance `id` in an open transaction until dropped or committed, so the
+/// only committer's next transaction waits and the calls sent meanwhile share one batch.
+async fn block_committer(
+    pool: &PgPool,
+    gc: &GroupCommit,
+    (id, token): (Uuid, Uuid),
+) -> (
+    sqlx::Transaction<'static, sqlx::Postgres>,
+    tokio::task::JoinHandle<()>,
+) {
+    let mut blocker = pool.begin().await.expect("begin");
+    sqlx::query("select 1 from task_instance where id = $1 for update")
+        .bind(id)
+        .execute(&mut *blocker)
+        .await
+        .expect("lock");
+    let first = gc.clone();
+    let held = tokio::spawn(async move {
+        let _ = first
+            .heartbeat(LeaseExtension {
+                id,
+                lease_token: token,
+                lease_seconds: 60,
+            })
+            .await;
+    });
+    // The committer is inside its transaction, waiting for the row lock.
+    common::eventually(Duration::from_secs(10), "the committer waits", || async {
+        let waiting: i64 = sqlx::query_scalar("select count(*) from pg_locks where not granted")
+            .fetch_one(pool)
+            .await
+            .expect("locks");
+        (waiting > 0).then_some(())
+    })
+    .await;
+    (blocker, held)
+}
+
+#[sqlx::test]
+async fn a_stale_fail_and_the_live_fail_in_one_batch_each_get_their_own_answer(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let claimed = claimed_of(&app, &pool, "fence", 2).await;
+    let gc = GroupCommit::start(pool.clone(), 1, 1000);
+    let (blocker, held) = block_committer(&pool, &gc, claimed[0]).await;
+    let (id, live) = claimed[1];
+    let stale = Uuid::new_v4();
+    let report = |token: Uuid, error: &str, retryable: bool| FailureReport {
+        id,
+        lease_token: token,
+        error: error.to_owned(),
+        retryable,
+        retry_at_once: false,
+        error_kind: "agent",
+        actor: None,
+    };
+    // Polled in order: the stale report is queued first, then the live one; both wait for the
+    // blocked committer and so share its next batch.
+    let both = {
+        let gc = gc.clone();
+        let (s, l) = (
+            report(stale, "stale worker", false),
+            report(live, "live worker", true),
+        );
+        tokio::spawn(async move { tokio::join!(gc.fail(s), gc.fail(l)) })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    blocker.commit().await.expect("release");
+    held.await.expect("first call");
+    let (stale_answer, live_answer) = both.await.expect("answers");
+    assert!(
+        matches!(stale_answer, Err(kairos::store::Error::Fenced { .. })),
+        "the stale holder is fenced out: {stale_answer:?}"
+    );
+    let inst = live_answer.expect("the live holder's failure is recorded");
+    assert_eq!(inst.status.as_str(), "FAILED", "{inst:?}");
+    assert_eq!(inst.error.as_deref(), Some("live worker"));
+}
+
+#[sqlx::test]
+async fn a_stale_complete_and_the_live_complete_in_one_batch_each_get_their_own_answer(
+    pool: PgPool,
+) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let claimed = claimed_of(&app, &pool, "fence", 2).await;
+    let gc = GroupCommit::start(pool.clone(), 1, 1000);
+    let (blocker, held) = block_committer(&pool, &gc, claimed[0]).await;
+    let (id, live) = claimed[1];
+    let done = |token: Uuid, k: i64| Completion {
+        id,
+        lease_token: token,
+        result: Some(json!({"by": k})),
+        actor: None,
+    };
+    let both = {
+        let gc = gc.clone();
+        let (s, l) = (done(Uuid::new_v4(), 0), done(live, 1));
+        tokio::spawn(async move { tokio::join!(gc.complete(s), gc.complete(l)) })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    blocker.commit().await.expect("release");
+    held.await.expect("first call");
+    let (stale_answer, live_answer) = both.await.expect("answers");
+    assert!(
+        matches!(stale_answer, Err(kairos::store::Error::Fenced { .. })),
+        "{stale_answer:?}"
+    );
+    let inst = live_answer.expect("the live holder's completion is recorded");
+    assert_eq!(inst.result, Some(json!({"by": 1})));
+}
+
+#[sqlx::test]
+async fn a_repeated_report_under_the_same_lease_is_answered_as_the_first_was(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let claimed = claimed_of(&app, &pool, "again", 3).await;
+    let [
+        (done, done_token),
+        (failed, failed_token),
+        (other, other_token),
+    ] = claimed[..]
+    else {
+        panic!("three claimed");
+    };
+    for _ in 0..2 {
+        let (status, body) = json(
+            app.post(
+                &format!("/v1/instances/{done}/complete"),
+                json!({"lease_token": done_token, "result": {"n": 1}}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 200, "a repeated complete is answered 200: {body}");
+        assert_eq!(body["status"], "SUCCESS");
+        let (status, body) = json(
+            app.post(
+                &format!("/v1/instances/{failed}/fail"),
+                json!({"lease_token": failed_token, "error": "boom", "retryable": true}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 200, "a repeated fail is answered 200: {body}");
+        assert_eq!(body["status"], "FAILED");
+    }
+    // The lease itself is gone: a heartbeat, or another outcome under that token, is fenced.
+    let (status, _) = json(
+        app.post(
+            &format!("/v1/instances/{done}/heartbeat"),
+            json!({"lease_token": done_token}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 409);
+    let (status, _) = json(
+        app.post(
+            &format!("/v1/instances/{failed}/complete"),
+            json!({"lease_token": failed_token}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        status, 409,
+        "a complete after the holder's own fail is refused"
+    );
+    // A batch completion whose items were committed before is answered 200 item by item.
+    let (status, body) = json(
+        app.post(
+            "/v1/completions",
+            json!({"completions": [
+                {"id": done, "lease_token": done_token},
+                {"id": other, "lease_token": other_token}]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let failed_attempts: i64 =
+        sqlx::query_scalar("select count(*) from instance_events where to_status = 'FAILED'")
+            .fetch_one(&pool)
+            .await
+            .expect("events");
+    assert_eq!(failed_attempts, 1, "the repeated fail wrote nothing");
 }

@@ -81,7 +81,9 @@ impl TimeoutReaper {
                 a.plan_failure(true, error, kind, rand::random::<f64>())
             })
             .collect();
-        let written = instances::record_failures(&mut tx, &failures, &actor).await?;
+        let written =
+            instances::record_failures(&mut tx, &failures, &actor, instances::ReportedBy::Kairos)
+                .await?;
         tx.commit().await.map_err(map_db_error)?;
         let mut report = ReapReport::default();
         for (a, f) in expired.iter().zip(&failures) {

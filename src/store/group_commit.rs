@@ -17,7 +17,8 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use uuid::Uuid;
 
 use super::instances::{
-    Completion, FailureReport, LeaseExtension, answer_each, complete_in, fail_in, heartbeat_in,
+    Completion, FailureReport, LeaseExtension, Report, Written, answer_each, complete_in, fail_in,
+    heartbeat_in,
 };
 use super::{Error, Result, map_db_error};
 use crate::domain::instance::Instance;
@@ -36,11 +37,12 @@ enum Op {
 }
 
 impl Op {
-    fn id(&self) -> Uuid {
+    /// The call's (instance id, lease token): what its answer is matched by.
+    fn call(&self) -> (Uuid, Uuid) {
         match self {
-            Op::Heartbeat(h, _) => h.id,
-            Op::Complete(c, _) => c.id,
-            Op::Fail(f, _) => f.id,
+            Op::Heartbeat(h, _) => (h.id, h.lease_token),
+            Op::Complete(c, _) => (c.id, c.lease_token),
+            Op::Fail(f, _) => (f.id, f.lease_token),
         }
     }
 }
@@ -140,13 +142,13 @@ async fn next_batch(rx: &Mutex<mpsc::Receiver<Op>>, max: usize) -> Option<Vec<Op
 
 /// What one transaction wrote, per kind.
 #[derive(Default)]
-struct Written {
-    heartbeats: Vec<Instance>,
-    completes: Vec<Instance>,
-    fails: Vec<Instance>,
+struct BatchWritten {
+    heartbeats: Vec<Written>,
+    completes: Vec<Written>,
+    fails: Vec<Written>,
 }
 
-async fn write(pool: &PgPool, ops: &[Op]) -> Result<Written> {
+async fn write(pool: &PgPool, ops: &[Op]) -> Result<BatchWritten> {
     let mut heartbeats = Vec::new();
     let mut completes = Vec::new();
     let mut fails = Vec::new();
@@ -158,7 +160,7 @@ async fn write(pool: &PgPool, ops: &[Op]) -> Result<Written> {
         }
     }
     let mut tx = super::begin_hot(pool).await?;
-    let mut w = Written::default();
+    let mut w = BatchWritten::default();
     if !heartbeats.is_empty() {
         w.heartbeats = heartbeat_in(&mut tx, &heartbeats).await?;
     }
@@ -192,16 +194,16 @@ async fn run_batch(pool: &PgPool, ops: Vec<Op>) {
     // Per kind, the written instance of each call, or its own fence or not-found answer.
     let mut answers: Vec<Option<Result<Instance>>> = ops.iter().map(|_| None).collect();
     for (kind, list) in [
-        (Kind::Heartbeat, written.heartbeats),
-        (Kind::Complete, written.completes),
-        (Kind::Fail, written.fails),
+        (Report::Heartbeat, written.heartbeats),
+        (Report::Complete, written.completes),
+        (Report::Fail, written.fails),
     ] {
         let positions: Vec<usize> = (0..ops.len()).filter(|&k| ops[k].kind() == kind).collect();
         if positions.is_empty() {
             continue;
         }
-        let ids = positions.iter().map(|&k| ops[k].id());
-        match answer_each(pool, ids, list).await {
+        let calls = positions.iter().map(|&k| ops[k].call());
+        match answer_each(pool, calls, kind, list).await {
             Ok(each) => {
                 for (k, a) in positions.into_iter().zip(each) {
                     answers[k] = Some(a);
@@ -217,19 +219,12 @@ async fn run_batch(pool: &PgPool, ops: Vec<Op>) {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Heartbeat,
-    Complete,
-    Fail,
-}
-
 impl Op {
-    fn kind(&self) -> Kind {
+    fn kind(&self) -> Report {
         match self {
-            Op::Heartbeat(..) => Kind::Heartbeat,
-            Op::Complete(..) => Kind::Complete,
-            Op::Fail(..) => Kind::Fail,
+            Op::Heartbeat(..) => Report::Heartbeat,
+            Op::Complete(..) => Report::Complete,
+            Op::Fail(..) => Report::Fail,
         }
     }
 }

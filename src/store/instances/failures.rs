@@ -122,6 +122,16 @@ pub async fn lock_expired(conn: &mut PgConnection, limit: i64) -> Result<Vec<Run
     .map_err(map_db_error)
 }
 
+/// Who ends the attempts [`record_failures`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportedBy {
+    /// The lease holder reported the failure: a repeat of the report under the same token is
+    /// answered as the first was (`reported_lease_token`).
+    Holder,
+    /// kairos ended the lease (the reaper, the push dispatcher): the holder stays fenced out.
+    Kairos,
+}
+
 /// Write failed attempts: RUNNING → FAILED (with `available_at = now() + delay`) or DEAD, each
 /// a compare-and-swap on (id, RUNNING, lease token) with its event, and add the failures to the
 /// tasks' `consecutive_failures`. Returns the instances as written.
@@ -129,6 +139,7 @@ pub async fn record_failures(
     conn: &mut PgConnection,
     failures: &[Failure],
     actor: &str,
+    by: ReportedBy,
 ) -> Result<Vec<Instance>> {
     if failures.is_empty() {
         return Ok(Vec::new());
@@ -155,7 +166,9 @@ pub async fn record_failures(
                      then now() + f.delay_ms * interval '1 millisecond' else i.available_at end, \
                  finished_at = case when f.to_status = 'DEAD' then now() end, \
                  lease_token = null, lease_expires_at = null, deadline_at = null, \
-                 claimed_by = null, updated_at = now() \
+                 claimed_by = null, updated_at = now(), \
+                 reported_lease_token = case when $8 then f.token \
+                     else i.reported_lease_token end \
              from f, old where i.id = f.id and old.id = i.id and {RUNNING_BY_ID} \
                  and i.lease_token = f.token \
              returning i.*, old.claimed_by as old_claimed_by \
@@ -179,6 +192,7 @@ pub async fn record_failures(
     .bind(&errors)
     .bind(&kinds)
     .bind(actor)
+    .bind(by == ReportedBy::Holder)
     .fetch_all(&mut *conn)
     .await
     .map_err(map_db_error)?;

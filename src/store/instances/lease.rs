@@ -10,10 +10,10 @@ use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::failures::{RUNNING_ATTEMPT_COLUMNS, RunningAttempt, record_failures};
+use super::failures::{RUNNING_ATTEMPT_COLUMNS, ReportedBy, RunningAttempt, record_failures};
 use super::windows::trigger_dependents;
-use super::{INSTANCE_COLUMNS, InstanceRow, fence_error};
-use crate::domain::instance::Instance;
+use super::{INSTANCE_COLUMNS, InstanceRow, fence_error_of};
+use crate::domain::instance::{Instance, InstanceStatus};
 use crate::domain::retry::Failure;
 use crate::store::{RUNNING_BY_ID, Result, WORK_CHANNEL, map_db_error, outbox};
 
@@ -30,20 +30,21 @@ pub struct LeaseExtension {
 pub(in crate::store) async fn heartbeat_in(
     conn: &mut PgConnection,
     items: &[LeaseExtension],
-) -> Result<Vec<Instance>> {
+) -> Result<Vec<Written>> {
     let ids: Vec<Uuid> = items.iter().map(|h| h.id).collect();
     let tokens: Vec<Uuid> = items.iter().map(|h| h.lease_token).collect();
     let secs: Vec<f64> = items.iter().map(|h| h.lease_seconds as f64).collect();
-    let rows: Vec<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let rows: Vec<WrittenRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "with f as ( \
              select * from unnest($1::uuid[], $2::uuid[], $3::float8[]) as f(id, token, secs) \
          ), upd as ( \
              update task_instance i \
-             set lease_expires_at = now() + make_interval(secs => f.secs), updated_at = now() \
+             set lease_expires_at = clock_timestamp() + make_interval(secs => f.secs), \
+                 updated_at = now() \
              from f where i.id = f.id and {RUNNING_BY_ID} and i.lease_token = f.token \
-             returning i.* \
+             returning i.*, f.token as matched_token \
          ) \
-         select {INSTANCE_COLUMNS} from upd"
+         select {INSTANCE_COLUMNS}, matched_token from upd"
     )))
     .bind(&ids)
     .bind(&tokens)
@@ -51,7 +52,41 @@ pub(in crate::store) async fn heartbeat_in(
     .fetch_all(&mut *conn)
     .await
     .map_err(map_db_error)?;
-    rows.into_iter().map(Instance::try_from).collect()
+    rows.into_iter().map(Written::try_from).collect()
+}
+
+/// An instance a lease holder's call wrote, with the lease token it was written under: calls
+/// are answered by (id, token), so a stale holder's call for the same instance in the same
+/// batch never receives the live holder's answer.
+#[derive(Debug, Clone)]
+pub(in crate::store) struct Written {
+    pub(in crate::store) token: Uuid,
+    pub(in crate::store) instance: Instance,
+}
+
+#[derive(sqlx::FromRow)]
+struct WrittenRow {
+    #[sqlx(flatten)]
+    instance: InstanceRow,
+    matched_token: Uuid,
+}
+
+impl TryFrom<WrittenRow> for Written {
+    type Error = crate::store::Error;
+    fn try_from(r: WrittenRow) -> Result<Written> {
+        Ok(Written {
+            token: r.matched_token,
+            instance: Instance::try_from(r.instance)?,
+        })
+    }
+}
+
+/// What a lease holder's call asked for, to explain a compare-and-swap that missed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::store) enum Report {
+    Heartbeat,
+    Complete,
+    Fail,
 }
 
 /// One completion reported by a lease holder.
@@ -64,27 +99,78 @@ pub struct Completion {
     pub actor: Option<String>,
 }
 
-/// One answer per id, in order: the written instance, or why the compare-and-swap missed.
+/// One answer per call (instance id, lease token), in order: the instance written under that
+/// token, or why the compare-and-swap missed ([`explain_miss`]). Never by id alone: a stale
+/// holder's call and the live holder's for one instance can share a batch, and each must get
+/// its own answer (the stale one 409, the live one its write).
 pub(in crate::store) async fn answer_each(
     pool: &PgPool,
-    ids: impl Iterator<Item = Uuid>,
-    written: Vec<Instance>,
+    calls: impl Iterator<Item = (Uuid, Uuid)>,
+    report: Report,
+    written: Vec<Written>,
 ) -> Result<Vec<Result<Instance>>> {
-    let mut by_id: HashMap<Uuid, Instance> = written.into_iter().map(|i| (i.id, i)).collect();
+    let by_call: HashMap<(Uuid, Uuid), Instance> = written
+        .into_iter()
+        .map(|w| ((w.instance.id, w.token), w.instance))
+        .collect();
     let mut out = Vec::new();
-    for id in ids {
-        match by_id.remove(&id) {
-            Some(inst) => out.push(Ok(inst)),
-            None => out.push(Err(fence_error(pool, id).await)),
+    for (id, token) in calls {
+        match by_call.get(&(id, token)) {
+            Some(inst) => out.push(Ok(inst.clone())),
+            None => out.push(explain_miss(pool, id, token, report).await),
         }
     }
     Ok(out)
+}
+
+/// A lease holder's call whose compare-and-swap on (id, RUNNING, token) matched nothing. When
+/// the holder already reported this outcome under this token (`reported_lease_token`: a
+/// complete that left it SUCCESS, a fail that left it anything else), the call is a repeat
+/// of one that committed, whose answer the holder never heard (a cut connection, an ambiguous
+/// COMMIT, a batch whose items landed in different transactions): it is answered as the first
+/// was, with the instance as it stands. Otherwise the lease is gone: 409 (or 404).
+pub(in crate::store) async fn explain_miss(
+    pool: &PgPool,
+    id: Uuid,
+    token: Uuid,
+    report: Report,
+) -> Result<Instance> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        #[sqlx(flatten)]
+        instance: InstanceRow,
+        reported_lease_token: Option<Uuid>,
+    }
+    let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {INSTANCE_COLUMNS}, reported_lease_token from task_instance where id = $1"
+    )))
+    .bind(id)
+    .fetch_optional(pool)
+    .await
+    .map_err(map_db_error)?;
+    let Some(row) = row else {
+        return Err(crate::store::Error::NotFound);
+    };
+    let reported = row.reported_lease_token == Some(token);
+    let inst = Instance::try_from(row.instance)?;
+    let repeat = reported
+        && match report {
+            Report::Complete => inst.status == InstanceStatus::Success,
+            Report::Fail => inst.status != InstanceStatus::Success,
+            Report::Heartbeat => false,
+        };
+    if repeat {
+        tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, status = %inst.status, reason = "repeated report under the lease that already reported it", "report answered as before");
+        return Ok(inst);
+    }
+    Err(fence_error_of(inst))
 }
 
 #[derive(sqlx::FromRow)]
 struct CompletedRow {
     #[sqlx(flatten)]
     instance: InstanceRow,
+    matched_token: Uuid,
     /// Some task of the batch has dependents (`after` tasks) to trigger.
     has_dependents: bool,
     /// Some task of the batch has `notify.on_success` receivers.
@@ -104,7 +190,7 @@ const TASKS_TO_RESET: &str = "select id from tasks where id in (select task_id f
 pub(in crate::store) async fn complete_in(
     conn: &mut PgConnection,
     items: &[Completion],
-) -> Result<Vec<Instance>> {
+) -> Result<Vec<Written>> {
     let ids: Vec<Uuid> = items.iter().map(|c| c.id).collect();
     let tokens: Vec<Uuid> = items.iter().map(|c| c.lease_token).collect();
     let results: Vec<Option<Json<&Value>>> =
@@ -118,9 +204,10 @@ pub(in crate::store) async fn complete_in(
              update task_instance i set status = 'SUCCESS', result = f.result, finished_at = now(), \
                  lease_token = null, lease_expires_at = null, deadline_at = null, \
                  error = null, error_kind = null, updated_at = now(), \
-                 finished_by = coalesce(f.actor, 'agent:' || coalesce(i.worker_id, 'unknown')) \
+                 finished_by = coalesce(f.actor, 'agent:' || coalesce(i.worker_id, 'unknown')), \
+                 reported_lease_token = f.token \
              from f where i.id = f.id and {RUNNING_BY_ID} and i.lease_token = f.token \
-             returning i.* \
+             returning i.*, f.token as matched_token \
          ), tk as ( \
              update tasks set consecutive_failures = 0 \
              where id in ({TASKS_TO_RESET}) \
@@ -133,7 +220,8 @@ pub(in crate::store) async fn complete_in(
                         as woken \
              from tasks t where t.id in (select distinct task_id from upd) \
          ) \
-         select {INSTANCE_COLUMNS}, coalesce(info.has_dependents, false) as has_dependents, \
+         select {INSTANCE_COLUMNS}, matched_token, \
+             coalesce(info.has_dependents, false) as has_dependents, \
              coalesce(info.notifies, false) as notifies \
          from upd cross join info",
         queued = queued_work_sql()
@@ -148,12 +236,17 @@ pub(in crate::store) async fn complete_in(
     .map_err(map_db_error)?;
     let has_dependents = rows.iter().any(|r| r.has_dependents);
     let notifies = rows.iter().any(|r| r.notifies);
-    let done: Vec<Instance> = rows
+    let done: Vec<Written> = rows
         .into_iter()
-        .map(|r| Instance::try_from(r.instance))
+        .map(|r| {
+            Ok(Written {
+                token: r.matched_token,
+                instance: Instance::try_from(r.instance)?,
+            })
+        })
         .collect::<Result<_>>()?;
     if has_dependents {
-        for inst in &done {
+        for inst in done.iter().map(|w| &w.instance) {
             let result = items
                 .iter()
                 .find(|c| c.id == inst.id)
@@ -164,6 +257,7 @@ pub(in crate::store) async fn complete_in(
     if notifies {
         let events: Vec<outbox::Event> = done
             .iter()
+            .map(|w| &w.instance)
             .map(|inst| outbox::Event {
                 kind: "instance.succeeded",
                 task_id: inst.task_id.clone(),
@@ -226,7 +320,7 @@ pub struct FailureReport {
 pub(in crate::store) async fn fail_in(
     conn: &mut PgConnection,
     items: &[FailureReport],
-) -> Result<Vec<Instance>> {
+) -> Result<Vec<Written>> {
     let ids: Vec<Uuid> = items.iter().map(|f| f.id).collect();
     let tokens: Vec<Uuid> = items.iter().map(|f| f.lease_token).collect();
     let running: Vec<RunningAttempt> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -248,14 +342,17 @@ pub(in crate::store) async fn fail_in(
     if !tasks.is_empty() {
         notify_queued(conn, &tasks).await?;
     }
-    // Each locked attempt fails once, as its first report says; actors group the writes.
+    // Each locked attempt fails once, as its holder's first report says; actors group the
+    // writes.
     let mut by_actor: Vec<(String, Vec<Failure>)> = Vec::new();
-    // Taken out when planned: a batch of up to 1,000 reports finds each attempt by its id, and
-    // a second report of the same attempt finds nothing.
-    let mut unplanned: std::collections::HashMap<Uuid, &RunningAttempt> =
-        running.iter().map(|a| (a.id, a)).collect();
+    // Taken out when planned: a batch of up to 1,000 reports finds each attempt by its id AND
+    // lease token (a stale holder's report of the same instance in the same batch finds
+    // nothing, and never decides the live attempt's outcome), and a second report of the same
+    // attempt finds nothing.
+    let mut unplanned: HashMap<(Uuid, Uuid), &RunningAttempt> =
+        running.iter().map(|a| ((a.id, a.lease_token), a)).collect();
     for item in items {
-        let Some(a) = unplanned.remove(&item.id) else {
+        let Some(a) = unplanned.remove(&(item.id, item.lease_token)) else {
             continue;
         };
         let mut failure = a.plan_failure(
@@ -278,7 +375,15 @@ pub(in crate::store) async fn fail_in(
     }
     let mut written = Vec::new();
     for (actor, failures) in by_actor {
-        written.extend(record_failures(conn, &failures, &actor).await?);
+        let tokens: HashMap<Uuid, Uuid> = failures.iter().map(|f| (f.id, f.lease_token)).collect();
+        for inst in record_failures(conn, &failures, &actor, ReportedBy::Holder).await? {
+            if let Some(&token) = tokens.get(&inst.id) {
+                written.push(Written {
+                    token,
+                    instance: inst,
+                });
+            }
+        }
     }
     Ok(written)
 }

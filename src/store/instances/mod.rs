@@ -27,9 +27,11 @@ mod retention;
 mod windows;
 
 pub use backfill::{Backfill, BackfillReport, Reprocess, backfill};
-pub use failures::{RunningAttempt, lock_expired, record_failures, retry_due};
+pub use failures::{ReportedBy, RunningAttempt, lock_expired, record_failures, retry_due};
 pub use lease::{Completion, FailureReport, LeaseExtension, queued_work_sql};
-pub(in crate::store) use lease::{answer_each, complete_in, fail_in, heartbeat_in};
+pub(in crate::store) use lease::{
+    Report, Written, answer_each, complete_in, fail_in, heartbeat_in,
+};
 pub use operator::{operator_cancel, operator_retry};
 pub(in crate::store) use read::{INSTANCE_COLUMNS, InstanceRow};
 pub use read::{InstanceFilter, agents_of, get_instance, get_instance_by_window, list_instances};
@@ -66,18 +68,15 @@ const CLOSE_ATTEMPT_EVENTS: &str = "insert into instance_events \
 const TASKS_OF_UPD_IN_ID_ORDER: &str =
     "select id from tasks where id in (select task_id from upd) order by id for no key update";
 
-/// Explain a compare-and-swap on (id, RUNNING, token) that matched nothing: 404 when the
-/// instance does not exist, otherwise a fence rejection describing where it stands.
-async fn fence_error(pool: &PgPool, id: Uuid) -> Error {
-    match get_instance(pool, id).await {
-        Ok(i) => Error::Fenced {
-            instance_id: i.id,
-            task_id: i.task_id,
-            window_key: i.window_key,
-            attempt: i.attempt,
-            status: i.status.as_str().to_owned(),
-        },
-        Err(e) => e,
+/// The fence rejection of a compare-and-swap on (id, RUNNING, token) that matched nothing,
+/// describing where the instance stands.
+fn fence_error_of(i: crate::domain::instance::Instance) -> Error {
+    Error::Fenced {
+        instance_id: i.id,
+        task_id: i.task_id,
+        window_key: i.window_key,
+        attempt: i.attempt,
+        status: i.status.as_str().to_owned(),
     }
 }
 
