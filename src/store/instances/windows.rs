@@ -347,6 +347,13 @@ pub async fn move_unstarted_to_agent(
 /// In the transaction of an upstream SUCCESS: insert the same window for every unpaused task
 /// that runs `after` it (`source = dependency`), recording the upstream instance and its result
 /// digest. The unique window key makes a re-run of the upstream window trigger nothing more.
+///
+/// The downstream task rows are read `for key share`, which waits for a delete of the task or
+/// a change of its definition (both hold the row `for update`) and then reads the row as they
+/// left it. Read without a lock, a delete's cancellation or a move's change of agent that
+/// runs beside this insert would not see its uncommitted row, which would stay PENDING for a
+/// task that no longer exists, or under an agent that no longer runs the task. The lock does
+/// not wait for the counter updates of completions and failures (`for no key update`).
 pub(super) async fn trigger_dependents(
     conn: &mut PgConnection,
     upstream: &Instance,
@@ -357,6 +364,7 @@ pub(super) async fn trigger_dependents(
     let created: Vec<(Uuid, String, String)> = sqlx::query_as(
         "with d as ( \
              select id, agent_id, spec from tasks where upstream_task_id = $1 and not paused \
+             order by id for key share \
          ), ins as ( \
              insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
                  agent_id, max_attempts, available_at, upstream_instance_id, upstream_result_digest, \
