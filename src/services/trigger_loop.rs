@@ -22,8 +22,8 @@ use crate::domain::policy::{Plan, SkipReason, plan_due_windows};
 use crate::domain::schedule::window_key;
 use crate::domain::task::FieldError;
 use crate::store::instances::{
-    InsertReport, NewInstance, cancel_windows, existing_windows, insert_windows_at,
-    unfinished_windows,
+    InsertReport, NewInstance, Unfinished, cancel_unfinished_between, cancel_windows,
+    existing_windows, insert_windows_at, unfinished_windows,
 };
 use crate::store::tasks::{
     CursorMove, DueTask, WAKE_HORIZON, advance_tasks, earliest_fire_at, lock_due_tasks,
@@ -338,8 +338,23 @@ impl TriggerLoop {
                 .await
                 .map_err(map_db_error)?,
         };
-        let ids: Vec<&str> = due.iter().map(|t| t.id.as_str()).collect();
-        let unfinished = unfinished_windows(&mut *tx, &ids).await?;
+        let limits: Vec<(&str, i64)> = due
+            .iter()
+            .map(|t| (t.id.as_str(), i64::from(t.execution.concurrency_limit)))
+            .collect();
+        let mut unfinished = unfinished_windows(&mut *tx, &limits).await?;
+        // What a `replace` may have to cancel beyond the windows read: `(task, oldest, next)`.
+        let gaps: HashMap<String, (String, String)> = unfinished
+            .iter()
+            .filter_map(|(id, u)| match (u.gap, u.keys.first(), u.keys.get(1)) {
+                (true, Some(a), Some(b)) => Some((id.clone(), (a.clone(), b.clone()))),
+                _ => None,
+            })
+            .collect();
+        let unfinished: HashMap<String, Vec<String>> = unfinished
+            .drain()
+            .map(|(id, u): (String, Unfinished)| (id, u.keys))
+            .collect();
         let from: Vec<(&str, String)> = due
             .iter()
             .map(|t| (t.id.as_str(), window_key(t.next_fire_at)))
@@ -408,6 +423,17 @@ impl TriggerLoop {
                     tracing::info!(task_id = %id, window_key = %key, reason = %reason, "instance cancelled");
                 }
                 report.num_cancelled += done.len();
+                // Cancelling past the oldest window supersedes every window before the one
+                // cancelled, read or not.
+                if let Some((oldest, next)) = gaps.get(id).filter(|_| plan.cancel.len() > 1) {
+                    let more =
+                        cancel_unfinished_between(&mut *tx, id, oldest, next, &actor, &reason)
+                            .await?;
+                    if more > 0 {
+                        tracing::info!(task_id = %id, after = %oldest, before = %next, instances = more, reason = %reason, "instances cancelled");
+                    }
+                    report.num_cancelled += usize::try_from(more).unwrap_or(usize::MAX);
+                }
             }
             let last = plan.windows.last().map(|w| w.scheduled_at);
             for w in plan.windows {

@@ -11,8 +11,8 @@ use sqlx::{PgConnection, PgPool};
 
 use super::operator::OPERATOR_RETRY_SQL;
 use super::{
-    INSTANCE_COLUMNS, InstanceRow, NewInstance, cancel_windows, insert_windows, status_names,
-    unfinished_windows,
+    INSTANCE_COLUMNS, InstanceRow, NewInstance, cancel_unfinished_between, cancel_windows,
+    insert_windows, status_names, unfinished_windows,
 };
 use crate::domain::instance::{Event, Instance, InstanceStatus, Source, legal_sources};
 use crate::store::{Error, Result, map_db_error, notify_work_for};
@@ -154,10 +154,18 @@ pub async fn backfill(
         .collect();
     let existing: std::collections::HashSet<String> =
         existing.into_iter().map(|(k, _)| k).collect();
-    let unfinished = unfinished_windows(&mut tx, &[task_id])
-        .await?
-        .remove(task_id)
-        .unwrap_or_default();
+    let read = unfinished_windows(
+        &mut tx,
+        &[(task_id, i64::from(spec.execution.concurrency_limit))],
+    )
+    .await?
+    .remove(task_id)
+    .unwrap_or_default();
+    let gap = match (read.gap, read.keys.first(), read.keys.get(1)) {
+        (true, Some(a), Some(b)) => Some((a.clone(), b.clone())),
+        _ => None,
+    };
+    let unfinished = read.keys;
     let candidates: Vec<(DateTime<Utc>, Source, bool)> = windows
         .iter()
         .filter(|w| !existing.contains(&window_key(**w)))
@@ -200,6 +208,14 @@ pub async fn backfill(
             report.cancelled = cancel_windows(&mut tx, task_id, &cancel, actor, &reason)
                 .await?
                 .len();
+            // Cancelling past the oldest window supersedes every window before the one
+            // cancelled, read or not.
+            if let Some((oldest, next)) = gap.as_ref().filter(|_| cancel.len() > 1) {
+                let more =
+                    cancel_unfinished_between(&mut tx, task_id, oldest, next, actor, &reason)
+                        .await?;
+                report.cancelled += usize::try_from(more).unwrap_or(usize::MAX);
+            }
         }
         let rows: Vec<NewInstance> = planned
             .iter()

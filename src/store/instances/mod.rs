@@ -37,8 +37,9 @@ pub(in crate::store) use read::{INSTANCE_COLUMNS, InstanceRow};
 pub use read::{InstanceFilter, agents_of, get_instance, get_instance_by_window, list_instances};
 pub use retention::prune_finished;
 pub use windows::{
-    Created, InsertReport, ManualTrigger, NewInstance, cancel_unstarted_of_task, cancel_windows,
-    existing_windows, insert_windows, insert_windows_at, move_unstarted_to_agent, trigger_instance,
+    CANCEL_BATCH, Created, InsertReport, ManualTrigger, NewInstance, Unfinished,
+    cancel_unfinished_between, cancel_unstarted_of_task, cancel_windows, existing_windows,
+    insert_windows, insert_windows_at, move_unstarted_to_agent, trigger_instance,
     unfinished_windows,
 };
 

@@ -163,31 +163,81 @@ pub async fn insert_windows_at(
     Ok(report)
 }
 
-/// The window keys of each task's unfinished (PENDING/RUNNING/FAILED) instances, oldest first.
+/// What the overlap policy sees of a task's unfinished (PENDING, RUNNING, FAILED) instances:
+/// their window keys, oldest first, but only as many as a decision can use however large the
+/// backlog ([`unfinished_windows`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unfinished {
+    /// The oldest unfinished window, then the newest ones (all of them when they are few).
+    pub keys: Vec<String>,
+    /// Unfinished windows between `keys[0]` and `keys[1]` may have been left unread. A policy
+    /// that cancels a window after them (overlap `replace`, oldest first) cancels these too
+    /// ([`cancel_unfinished_between`]).
+    pub gap: bool,
+}
+
+/// The unfinished windows of each `(task_id, newest)` that an overlap decision needs: the
+/// oldest (the window a `skip` names as blocking) and the `newest` most recent (a
+/// `replace` keeps the newest, a `skip` only asks whether the task has reached its
+/// concurrency limit, so `newest` is that limit). At most `newest + 1` rows per task,
+/// however many instances wait: the trigger loop reads this for every due task on every
+/// pass.
 pub async fn unfinished_windows(
     conn: &mut PgConnection,
-    task_ids: &[&str],
-) -> Result<HashMap<String, Vec<String>>> {
-    // One probe per status, each through that status's task-keyed partial index (migration 6).
-    let rows: Vec<(String, String)> = sqlx::query_as(
-        "select task_id, window_key from ( \
-             select task_id, window_key, scheduled_at from task_instance \
-             where task_id = any($1) and status = 'PENDING' \
+    tasks: &[(&str, i64)],
+) -> Result<HashMap<String, Unfinished>> {
+    let ids: Vec<&str> = tasks.iter().map(|t| t.0).collect();
+    let newest: Vec<i64> = tasks.iter().map(|t| t.1.max(1)).collect();
+    // Per status, a first-rows probe through that status's task-keyed partial index
+    // (migration 6); a task's PENDING rows are sorted by their window (top-N, in memory of
+    // the size of the limit), never returned.
+    let probe = |dir: &str, limit: &str| {
+        format!(
+            "select * from ( \
+                 (select window_key, scheduled_at from task_instance \
+                  where task_id = d.task_id and status = 'PENDING' \
+                  order by scheduled_at {dir}, window_key {dir} limit {limit}) \
+                 union all \
+                 (select window_key, scheduled_at from task_instance \
+                  where task_id = d.task_id and status = 'RUNNING' \
+                  order by scheduled_at {dir}, window_key {dir} limit {limit}) \
+                 union all \
+                 (select window_key, scheduled_at from task_instance \
+                  where task_id = d.task_id and status = 'FAILED' \
+                  order by scheduled_at {dir}, window_key {dir} limit {limit}) \
+             ) u order by scheduled_at {dir}, window_key {dir} limit {limit}"
+        )
+    };
+    let rows: Vec<(String, String, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select d.task_id, w.window_key, w.oldest \
+         from unnest($1::text[], $2::bigint[]) as d(task_id, newest) \
+         cross join lateral ( \
+             select window_key, scheduled_at, true as oldest from ({oldest}) o \
              union all \
-             select task_id, window_key, scheduled_at from task_instance \
-             where task_id = any($1) and status = 'RUNNING' \
-             union all \
-             select task_id, window_key, scheduled_at from task_instance \
-             where task_id = any($1) and status = 'FAILED' \
-         ) u order by task_id, scheduled_at, window_key",
-    )
-    .bind(task_ids)
+             select window_key, scheduled_at, false from ({newest}) n \
+         ) w \
+         order by d.task_id, w.oldest desc, w.scheduled_at, w.window_key",
+        oldest = probe("asc", "1"),
+        newest = probe("desc", "d.newest"),
+    )))
+    .bind(&ids)
+    .bind(&newest)
     .fetch_all(&mut *conn)
     .await
     .map_err(map_db_error)?;
-    let mut out: HashMap<String, Vec<String>> = HashMap::new();
-    for (task, key) in rows {
-        out.entry(task).or_default().push(key);
+    let limits: HashMap<&str, i64> = ids.iter().copied().zip(newest).collect();
+    let mut out: HashMap<String, Unfinished> = HashMap::new();
+    for (task, key, oldest) in rows {
+        let u = out.entry(task).or_default();
+        // The oldest is read first; it is also among the newest when they are few.
+        if oldest || u.keys.first() != Some(&key) {
+            u.keys.push(key);
+        }
+    }
+    for (task, u) in out.iter_mut() {
+        let full = limits.get(task.as_str()).copied().unwrap_or(1);
+        // Oldest plus a full set of newest that does not include it: there may be more.
+        u.gap = u.keys.len() as i64 > full;
     }
     Ok(out)
 }
@@ -227,30 +277,57 @@ pub(super) enum CancelScope<'a> {
     Windows(&'a str, &'a [String]),
     /// A task's instances that have not started (PENDING) or wait for a retry (FAILED).
     Unstarted(&'a str),
+    /// A task's unfinished instances whose windows fall strictly between two of its windows
+    /// (by `(scheduled_at, window_key)`, the order of [`unfinished_windows`]).
+    Between(&'a str, &'a str, &'a str),
 }
 
-/// Move the instances in `scope` to CANCELLED where the state machine allows it (a
-/// compare-and-swap on their current status), clear any lease so a running worker is fenced
-/// out, and write one event each. The one statement every cancellation path uses.
-pub(super) async fn cancel_where(
-    conn: &mut PgConnection,
-    scope: CancelScope<'_>,
-    actor: &str,
-    reason: &str,
-) -> Result<Vec<InstanceRow>> {
-    let (filter, from) = match scope {
-        CancelScope::One(_) => ("id = $4", legal_sources(Event::Cancel)),
-        CancelScope::Windows(..) => (
-            "task_id = $4 and window_key = any($5)",
-            legal_sources(Event::Cancel),
-        ),
-        CancelScope::Unstarted(_) => ("task_id = $4", unstarted_sources()),
-    };
-    let sql = format!(
-        "with old as ( \
-             select id, status, claimed_by from task_instance \
-             where {filter} and status = any($1) for update \
-         ), upd as ( \
+impl CancelScope<'_> {
+    /// The rows of the scope, its values numbered from `$4`, and the states they are
+    /// cancelled from; and the number of the first parameter after its values.
+    fn filter(&self) -> (&'static str, Vec<InstanceStatus>, usize) {
+        match self {
+            CancelScope::One(_) => ("id = $4", legal_sources(Event::Cancel), 5),
+            CancelScope::Windows(..) => (
+                "task_id = $4 and window_key = any($5)",
+                legal_sources(Event::Cancel),
+                6,
+            ),
+            CancelScope::Unstarted(_) => ("task_id = $4", unstarted_sources(), 5),
+            CancelScope::Between(..) => (
+                "task_id = $4 \
+                 and (scheduled_at, window_key) > (select b.scheduled_at, b.window_key \
+                     from task_instance b where b.task_id = $4 and b.window_key = $5) \
+                 and (scheduled_at, window_key) < (select b.scheduled_at, b.window_key \
+                     from task_instance b where b.task_id = $4 and b.window_key = $6)",
+                legal_sources(Event::Cancel),
+                7,
+            ),
+        }
+    }
+
+    /// Bind the scope's values (`$4`…).
+    fn bind<'q, O>(
+        &self,
+        q: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+        match *self {
+            CancelScope::One(id) => q.bind(id),
+            CancelScope::Windows(task_id, keys) => q.bind(task_id.to_owned()).bind(keys.to_vec()),
+            CancelScope::Unstarted(task_id) => q.bind(task_id.to_owned()),
+            CancelScope::Between(task_id, after, before) => q
+                .bind(task_id.to_owned())
+                .bind(after.to_owned())
+                .bind(before.to_owned()),
+        }
+    }
+}
+
+/// The cancellation statement over `old` (the rows to cancel, locked, with their `status`
+/// and `claimed_by`), ending in `select {returning} from upd`.
+fn cancel_sql(old: &str, returning: &str) -> String {
+    format!(
+        "with old as ({old}), upd as ( \
              update task_instance i set status = 'CANCELLED', finished_at = now(), \
                  lease_token = null, lease_expires_at = null, deadline_at = null, \
                  claimed_by = null, error_kind = 'cancelled', error = $3, updated_at = now() \
@@ -261,18 +338,86 @@ pub(super) async fn cancel_where(
              select id, attempt, from_status, 'CANCELLED', $2, $3, now(), 1 from upd \
              ) x order by instance_id, o \
          ) \
-         select {INSTANCE_COLUMNS} from upd"
+         select {returning} from upd"
+    )
+}
+
+/// Move the instances in `scope` to CANCELLED where the state machine allows it (a
+/// compare-and-swap on their current status), clear any lease so a running worker is fenced
+/// out, and write one event each. The one statement every cancellation path uses; scopes that
+/// can hold a whole backlog go through [`cancel_in_batches`].
+pub(super) async fn cancel_where(
+    conn: &mut PgConnection,
+    scope: CancelScope<'_>,
+    actor: &str,
+    reason: &str,
+) -> Result<Vec<InstanceRow>> {
+    let (filter, from, _) = scope.filter();
+    let sql = cancel_sql(
+        &format!(
+            "select id, status, claimed_by from task_instance \
+             where {filter} and status = any($1) for update"
+        ),
+        INSTANCE_COLUMNS,
     );
     let q = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(status_names(&from))
         .bind(actor)
         .bind(reason);
-    let q = match scope {
-        CancelScope::One(id) => q.bind(id),
-        CancelScope::Windows(task_id, keys) => q.bind(task_id).bind(keys),
-        CancelScope::Unstarted(task_id) => q.bind(task_id),
-    };
-    q.fetch_all(&mut *conn).await.map_err(map_db_error)
+    scope
+        .bind(q)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_db_error)
+}
+
+/// Most instances one statement of [`cancel_in_batches`] cancels.
+pub const CANCEL_BATCH: i64 = 1000;
+
+/// [`cancel_where`] for a scope that may hold a task's whole backlog (tens of thousands of
+/// rows), in the caller's transaction (a deletion still cancels all or nothing): statements of
+/// at most `batch` instances each, in id order from where the last one stopped (a keyset, so
+/// no row is read twice), each handing back only its count and last id. Returns how many
+/// were cancelled.
+pub(super) async fn cancel_in_batches(
+    conn: &mut PgConnection,
+    scope: CancelScope<'_>,
+    actor: &str,
+    reason: &str,
+    batch: i64,
+) -> Result<u64> {
+    let batch = batch.max(1);
+    let (filter, from, next) = scope.filter();
+    let (after, limit) = (next, next + 1);
+    let sql = cancel_sql(
+        &format!(
+            "select id, status, claimed_by from task_instance \
+             where {filter} and status = any($1) and (${after}::uuid is null or id > ${after}) \
+             order by id limit ${limit} for update"
+        ),
+        "count(*), (select u.id from upd u order by u.id desc limit 1)",
+    );
+    let statuses = status_names(&from);
+    let mut last: Option<Uuid> = None;
+    let mut cancelled = 0u64;
+    loop {
+        let q = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(&statuses)
+            .bind(actor)
+            .bind(reason);
+        let (n, last_id): (i64, Option<Uuid>) = scope
+            .bind(q)
+            .bind(last)
+            .bind(batch)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(map_db_error)?;
+        cancelled += u64::try_from(n).unwrap_or(0);
+        match last_id {
+            Some(id) if n >= batch => last = Some(id),
+            _ => return Ok(cancelled),
+        }
+    }
 }
 
 /// The states [`CancelScope::Unstarted`] cancels: the sources of a cancel but RUNNING, which
@@ -313,8 +458,35 @@ pub async fn cancel_unstarted_of_task(
     actor: &str,
     reason: &str,
 ) -> Result<u64> {
-    let rows = cancel_where(conn, CancelScope::Unstarted(task_id), actor, reason).await?;
-    Ok(rows.len() as u64)
+    cancel_in_batches(
+        conn,
+        CancelScope::Unstarted(task_id),
+        actor,
+        reason,
+        CANCEL_BATCH,
+    )
+    .await
+}
+
+/// Cancel a task's unfinished instances whose windows fall strictly between the windows
+/// `after` and `before` (overlap `replace` superseding the windows [`unfinished_windows`] left
+/// unread). Returns how many were cancelled.
+pub async fn cancel_unfinished_between(
+    conn: &mut PgConnection,
+    task_id: &str,
+    after: &str,
+    before: &str,
+    actor: &str,
+    reason: &str,
+) -> Result<u64> {
+    cancel_in_batches(
+        conn,
+        CancelScope::Between(task_id, after, before),
+        actor,
+        reason,
+        CANCEL_BATCH,
+    )
+    .await
 }
 
 /// A task moved to `agent_id` takes its unstarted instances along (PENDING, and FAILED ones
