@@ -18,6 +18,7 @@ use crate::http::server::ServerLimits;
 use crate::http::{self, AppState, ClaimSettings};
 use crate::outbound::{self, AllowList};
 use crate::services::Heartbeats;
+use crate::services::db_watch::DbWatch;
 use crate::services::notifier::{Notifier, NotifierConfig};
 use crate::services::pruner::{Pruner, PrunerConfig};
 use crate::services::retry_scanner::{RetryScanner, RetryScannerConfig};
@@ -27,8 +28,10 @@ use crate::services::trigger_loop::{TriggerLoop, TriggerLoopConfig};
 use crate::services::webhook_dispatcher::{WebhookDispatcher, WebhookDispatcherConfig};
 use crate::services::work_signal::WorkSignal;
 use crate::store;
+use crate::store::DbSettings;
 use crate::store::claim_rounds::{self, ClaimRounds};
 use crate::store::group_commit::{self, GroupCommit};
+use crate::store::health::DbHealth;
 
 /// What to run in one process.
 #[derive(Debug, Clone)]
@@ -61,6 +64,11 @@ pub struct Options {
     pub retention_days: i64,
     /// How often `kairos_instances{status}` is sampled; `None` leaves the sampler out.
     pub stats_interval: Option<Duration>,
+    /// Bound of the database probe; while the database is unreachable, claims and writes
+    /// answer 503 at once (`database_unavailable_answer_ms`).
+    pub database_unavailable_answer: Duration,
+    /// Wall-clock bound of every loop pass (`loop_pass_timeout_ms`).
+    pub loop_pass_timeout: Duration,
 }
 
 impl Options {
@@ -94,6 +102,8 @@ impl Options {
             pruner: Some(PrunerConfig::from_config(cfg)),
             retention_days: cfg.retention_days,
             stats_interval: Some(Duration::from_millis(cfg.stats_interval_ms)),
+            database_unavailable_answer: Duration::from_millis(cfg.database_unavailable_answer_ms),
+            loop_pass_timeout: Duration::from_millis(cfg.loop_pass_timeout_ms),
         })
     }
 
@@ -119,6 +129,8 @@ impl Options {
             pruner: None,
             retention_days: cfg.retention_days,
             stats_interval: None,
+            database_unavailable_answer: Duration::from_millis(cfg.database_unavailable_answer_ms),
+            loop_pass_timeout: Duration::from_millis(cfg.loop_pass_timeout_ms),
         }
     }
 }
@@ -142,6 +154,8 @@ pub struct Running {
 pub struct Pools {
     pub api: PgPool,
     pub loops: PgPool,
+    /// Whether the database answers, shared with the pools' connection checks.
+    pub health: DbHealth,
 }
 
 impl Pools {
@@ -150,6 +164,7 @@ impl Pools {
         Self {
             api: pool.clone(),
             loops: pool,
+            health: DbHealth::default(),
         }
     }
 }
@@ -159,7 +174,9 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
     let Pools {
         api: pool,
         loops: loop_pool,
+        health,
     } = pools;
+    crate::services::set_pass_bound(opts.loop_pass_timeout, health.clone());
     let addr = listener
         .local_addr()
         .context("reading the listen address")?;
@@ -184,12 +201,22 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
         loop_tasks.spawn(scanner.run(loops.child_token()));
     }
     if let Some(cfg) = opts.reaper.clone() {
-        let reaper = TimeoutReaper::new(loop_pool.clone(), cfg, heartbeats.clone());
+        let reaper = TimeoutReaper::new(loop_pool.clone(), cfg, heartbeats.clone())
+            .with_health(health.clone());
         loop_tasks.spawn(reaper.run(loops.child_token()));
     }
     let work_signal = WorkSignal::new();
     let signal = CancellationToken::new();
     let signal_task = tokio::spawn(work_signal.clone().run(loop_pool.clone(), signal.clone()));
+    let watch = DbWatch::new(
+        loop_pool.clone(),
+        health.clone(),
+        opts.node_id.clone(),
+        opts.database_unavailable_answer,
+        heartbeats.clone(),
+        work_signal.clone(),
+    );
+    loop_tasks.spawn(watch.run(loops.child_token()));
     if let Some(mut cfg) = opts.webhook.clone() {
         if cfg.public_url.is_empty() {
             cfg.public_url = format!("http://{addr}");
@@ -216,7 +243,8 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
         loop_tasks.spawn(notifier.run(loops.child_token()));
     }
 
-    let claim_rounds = ClaimRounds::new(pool.clone(), claim_rounds::DEFAULT_MAX_ROUND);
+    let claim_rounds =
+        ClaimRounds::new(pool.clone(), claim_rounds::DEFAULT_MAX_ROUND, &opts.node_id);
     let state = AppState {
         pool,
         heartbeats,
@@ -232,6 +260,7 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
         claim_waiters: Arc::new(tokio::sync::Semaphore::new(opts.claims.max_waiters)),
         request_timeout: opts.request_timeout,
         retention_days: opts.retention_days,
+        db_health: health,
     };
     let app = http::router(state, opts.max_body_bytes);
     let server = tokio::spawn(http::server::serve(
@@ -303,15 +332,41 @@ impl Running {
 
 /// `kairos serve`: connect, migrate, listen, run until SIGTERM/SIGINT, stop in order.
 pub async fn serve(cfg: Config) -> anyhow::Result<()> {
-    let pool = connect_and_migrate(&cfg, cfg.api_connections()).await?;
-    let loop_pool = store::connect(&cfg.database_url, cfg.loop_connections())
-        .await
-        .with_context(|| {
-            format!(
-                "connecting the background loops' pool (database_url of {})",
-                redact(&cfg.database_url)
-            )
-        })?;
+    connect_and_migrate(&cfg, 2).await?.close().await;
+    let health = DbHealth::default();
+    let settings = DbSettings::from_config(&cfg);
+    let pool = store::connect(
+        &cfg.database_url,
+        cfg.api_connections(),
+        &settings,
+        health.clone(),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "connecting the API's pool (database_url of {})",
+            redact(&cfg.database_url)
+        )
+    })?;
+    // The loops wait longer for a connection than a request should: a pass that waits is not
+    // a caller that gives up.
+    let loop_settings = DbSettings {
+        acquire_timeout: Duration::from_secs(10),
+        ..settings.clone()
+    };
+    let loop_pool = store::connect(
+        &cfg.database_url,
+        cfg.loop_connections(),
+        &loop_settings,
+        health.clone(),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "connecting the background loops' pool (database_url of {})",
+            redact(&cfg.database_url)
+        )
+    })?;
     let _ = crate::telemetry::metrics_handle();
     let listener = TcpListener::bind(cfg.listen)
         .await
@@ -319,6 +374,7 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
     let pools = Pools {
         api: pool.clone(),
         loops: loop_pool.clone(),
+        health,
     };
     let running = start(pools, listener, Options::from_config(&cfg)?)?;
     tracing::info!(listen = %running.addr, node_id = %cfg.node_id, "kairos serving");
@@ -340,14 +396,24 @@ pub async fn migrate(cfg: Config) -> anyhow::Result<()> {
 
 /// A pool on `database_url` with every migration applied (safe when replicas start at once).
 async fn connect_and_migrate(cfg: &Config, max_connections: u32) -> anyhow::Result<PgPool> {
-    let pool = store::connect(&cfg.database_url, max_connections)
-        .await
-        .with_context(|| {
-            format!(
-                "connecting to the database (database_url of {})",
-                redact(&cfg.database_url)
-            )
-        })?;
+    // Migrations run without statement and lock timeouts: an index build may take long.
+    let settings = DbSettings {
+        acquire_timeout: Duration::from_secs(30),
+        ..DbSettings::from_config(cfg).unbounded()
+    };
+    let pool = store::connect(
+        &cfg.database_url,
+        max_connections,
+        &settings,
+        DbHealth::default(),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "connecting to the database (database_url of {})",
+            redact(&cfg.database_url)
+        )
+    })?;
     store::migrate(&pool).await.context("applying migrations")?;
     Ok(pool)
 }

@@ -91,6 +91,12 @@ pub struct Config {
     pub pruner_interval_ms: u64,
     pub pruner_batch_size: i64,
     pub stats_interval_ms: u64,
+    pub database_unavailable_answer_ms: u64,
+    pub db_statement_timeout_ms: u64,
+    pub db_lock_timeout_ms: u64,
+    pub db_idle_in_transaction_timeout_ms: u64,
+    pub db_keepalive_seconds: u64,
+    pub loop_pass_timeout_ms: u64,
 }
 
 impl Default for Config {
@@ -134,6 +140,12 @@ impl Default for Config {
             pruner_interval_ms: 60_000,
             pruner_batch_size: 1000,
             stats_interval_ms: 5000,
+            database_unavailable_answer_ms: 2000,
+            db_statement_timeout_ms: 15_000,
+            db_lock_timeout_ms: 10_000,
+            db_idle_in_transaction_timeout_ms: 30_000,
+            db_keepalive_seconds: 5,
+            loop_pass_timeout_ms: 30_000,
         }
     }
 }
@@ -290,6 +302,12 @@ impl Config {
             pruner_interval_ms,
             pruner_batch_size,
             stats_interval_ms,
+            database_unavailable_answer_ms,
+            db_statement_timeout_ms,
+            db_lock_timeout_ms,
+            db_idle_in_transaction_timeout_ms,
+            db_keepalive_seconds,
+            loop_pass_timeout_ms,
         );
         // The conventional variable wins over KAIROS_DATABASE_URL.
         set(env, "DATABASE_URL", &mut self.database_url)?;
@@ -453,6 +471,45 @@ impl Config {
         }
         if !(1..=300).contains(&self.notify_timeout_seconds) {
             return Err(invalid("notify_timeout_seconds", "must be from 1 to 300"));
+        }
+        if !(100..=60_000).contains(&self.database_unavailable_answer_ms) {
+            return Err(invalid(
+                "database_unavailable_answer_ms",
+                "must be from 100 to 60000",
+            ));
+        }
+        for (key, v) in [
+            ("db_statement_timeout_ms", self.db_statement_timeout_ms),
+            ("db_lock_timeout_ms", self.db_lock_timeout_ms),
+        ] {
+            if v != 0 && !(100..=3_600_000).contains(&v) {
+                return Err(invalid(key, "must be 0 (off) or from 100 to 3600000"));
+            }
+        }
+        // A staging trigger pass keeps its transaction open, idle, up to trigger_lead_ms.
+        let idle_floor = self.trigger_lead_ms + 1000;
+        if self.db_idle_in_transaction_timeout_ms != 0
+            && !(idle_floor..=3_600_000).contains(&self.db_idle_in_transaction_timeout_ms)
+        {
+            return Err(invalid(
+                "db_idle_in_transaction_timeout_ms",
+                format!(
+                    "must be 0 (off) or from {idle_floor} (trigger_lead_ms + 1000: a staging \
+                     trigger pass waits for its instant in an open transaction) to 3600000"
+                ),
+            ));
+        }
+        if self.db_keepalive_seconds > 600 {
+            return Err(invalid(
+                "db_keepalive_seconds",
+                "must be 0 (off) or from 1 to 600",
+            ));
+        }
+        if !(1000..=3_600_000).contains(&self.loop_pass_timeout_ms) {
+            return Err(invalid(
+                "loop_pass_timeout_ms",
+                "must be from 1000 to 3600000",
+            ));
         }
         if tracing_subscriber::EnvFilter::try_new(&self.log_level).is_err() {
             return Err(invalid(

@@ -13,10 +13,12 @@
 //!     CANCELLED, SKIPPED ────────────────┘                                         ▼ not retryable
 //!                                                                                 DEAD
 //!   PENDING, RUNNING, FAILED ── operator cancel, overlap replace ──▶ CANCELLED
+//!   RUNNING ── given back (the claim's answer never reached its caller) ──▶ PENDING
 //! ```
 //!
 //! Who moves instances: the trigger loop and the API create them (PENDING or SKIPPED); claims move
-//! PENDING → RUNNING; agents (complete/fail) and the timeout reaper move RUNNING on; the retry
+//! PENDING → RUNNING, and give back (RUNNING → PENDING, attempt unchanged) what they could not
+//! deliver; agents (complete/fail) and the timeout reaper move RUNNING on; the retry
 //! scanner moves FAILED → PENDING; operators cancel and retry. SUCCESS, DEAD, SKIPPED and
 //! CANCELLED are terminal for every automatic path.
 
@@ -147,6 +149,9 @@ pub enum Event {
     Claim,
     /// The lease holder reported success.
     Complete,
+    /// kairos took back a lease nobody could have used: the claim's answer never reached its
+    /// caller (the caller went away, the connection was cut). The attempt is not spent.
+    GiveBack,
     /// The lease holder failed, or the reaper found the lease expired or the run timed out.
     /// `give_up` is true when no attempts remain or the failure is not retryable.
     Fail { give_up: bool },
@@ -176,6 +181,7 @@ pub fn transition(
         (None, Event::MaterializeSkipped) => Some(Skipped),
         (Some(Pending), Event::Claim) => Some(Running),
         (Some(Running), Event::Complete) => Some(Success),
+        (Some(Running), Event::GiveBack) => Some(Pending),
         (Some(Running), Event::Fail { give_up: false }) => Some(Failed),
         (Some(Running), Event::Fail { give_up: true }) => Some(Dead),
         (Some(Failed), Event::RetryDue) => Some(Pending),
@@ -258,11 +264,12 @@ mod tests {
     use super::*;
     use InstanceStatus::*;
 
-    const EVENTS: [Event; 9] = [
+    const EVENTS: [Event; 10] = [
         Event::Materialize,
         Event::MaterializeSkipped,
         Event::Claim,
         Event::Complete,
+        Event::GiveBack,
         Event::Fail { give_up: false },
         Event::Fail { give_up: true },
         Event::RetryDue,
@@ -277,6 +284,7 @@ mod tests {
             (None, Event::MaterializeSkipped, Skipped),
             (Some(Pending), Event::Claim, Running),
             (Some(Running), Event::Complete, Success),
+            (Some(Running), Event::GiveBack, Pending),
             (Some(Running), Event::Fail { give_up: false }, Failed),
             (Some(Running), Event::Fail { give_up: true }, Dead),
             (Some(Failed), Event::RetryDue, Pending),

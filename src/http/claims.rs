@@ -18,6 +18,7 @@ use super::{AppState, RouteTable};
 use crate::domain::access::Principal;
 use crate::domain::task::valid_name;
 use crate::store::claim::{self as store_claim, ClaimRequest, Claimed};
+use crate::store::claim_answers::MAX_CLAIM_ID_CHARS;
 
 /// The answer to a claim: the instances taken, each as its lease holder sees it.
 #[derive(serde::Serialize)]
@@ -64,6 +65,21 @@ fn name_field(m: &serde_json::Map<String, Value>, key: &str) -> Result<String, A
     }
 }
 
+/// `claim_id`: optional, 1–128 characters of any text but control characters.
+fn claim_id_field(m: &serde_json::Map<String, Value>) -> Result<Option<String>, ApiError> {
+    // Up to four bytes a character; the count of characters is checked next.
+    let Some(v) = string_field(m, "claim_id", false, 4 * MAX_CLAIM_ID_CHARS)? else {
+        return Ok(None);
+    };
+    if v.is_empty() || v.chars().count() > MAX_CLAIM_ID_CHARS || v.chars().any(char::is_control) {
+        return Err(ApiError::invalid(
+            "claim_id",
+            "must be 1-128 characters without control characters",
+        ));
+    }
+    Ok(Some(v))
+}
+
 async fn claim(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
@@ -77,6 +93,7 @@ async fn claim(
             "max_instances",
             "lease_seconds",
             "wait_seconds",
+            "claim_id",
         ],
     )?;
     let settings = &state.claims;
@@ -91,6 +108,7 @@ async fn claim(
             1,
             settings.max_lease_seconds,
         )?,
+        claim_id: claim_id_field(&m)?,
     };
     let wait = int_field(&m, "wait_seconds", 0, 0, settings.max_wait_seconds)?;
     check_agent(&principal, &req.agent_id)?;

@@ -39,7 +39,7 @@ pub enum ApiError {
     TooManyRequests { detail: String, retry_after_s: u64 },
     /// 503 with `Retry-After`: this replica is shutting down and takes no new work.
     ShuttingDown(String),
-    /// 503: the database is unavailable.
+    /// 503 with `Retry-After`: the database is unavailable (or the transaction lost a race).
     Unavailable(String),
     /// 500: logged, never detailed to the client.
     Internal(String),
@@ -47,6 +47,8 @@ pub enum ApiError {
 
 /// `Retry-After` of a claim refused during shutdown: another replica can take it at once.
 pub const SHUTDOWN_RETRY_AFTER_S: u64 = 1;
+/// `Retry-After` while the database is unavailable: the watch probes it several times a second.
+pub const UNAVAILABLE_RETRY_AFTER_S: u64 = 1;
 
 impl ApiError {
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
@@ -201,9 +203,11 @@ impl From<store::Error> for ApiError {
             store::Error::Db(ref db) if let Some(fe) = store::data_exception(db) => {
                 ApiError::Invalid(vec![fe])
             }
-            store::Error::Db(
-                ref db @ (sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed),
-            ) => ApiError::Unavailable(db.to_string()),
+            // The database restarting, failing over, out of connections, or this transaction
+            // losing a race: the same request later will do (503 with Retry-After).
+            store::Error::Db(ref db) if store::is_transient(db) => {
+                ApiError::Unavailable(db.to_string())
+            }
             other => ApiError::Internal(crate::services::error_chain(&other)),
         }
     }
@@ -227,6 +231,7 @@ impl IntoResponse for ApiError {
         let retry_after_s = match &self {
             ApiError::TooManyRequests { retry_after_s, .. } => Some(*retry_after_s),
             ApiError::ShuttingDown(_) => Some(SHUTDOWN_RETRY_AFTER_S),
+            ApiError::Unavailable(_) => Some(UNAVAILABLE_RETRY_AFTER_S),
             _ => None,
         };
         let mut resp = (status, axum::Json(body)).into_response();

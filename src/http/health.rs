@@ -25,21 +25,36 @@ async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
+/// How long `/readyz` waits for the database before it reports it unreachable.
+const READY_DB_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The database answers, every migration is applied, and every loop ticked recently.
 async fn readyz(State(state): State<AppState>) -> Response {
     let mut problems = Vec::new();
-    let database = match store::migrations_applied(&state.pool).await {
-        Ok(true) => "ok".to_owned(),
-        Ok(false) => {
-            problems.push("migrations are not all applied".to_owned());
-            "migrations pending".to_owned()
-        }
-        Err(e) => {
-            // The detail (host names, roles, server messages) goes to the log, not to an
-            // unauthenticated caller.
-            tracing::warn!(error = %crate::services::error_chain(&e), "readiness: database unreachable");
-            problems.push("database unreachable".to_owned());
-            "unreachable".to_owned()
+    let database = if let Some((for_how_long, _why)) = state.db_health.unreachable() {
+        // The reason (host names, server messages) goes to the log, not to this caller.
+        problems.push(format!(
+            "database unreachable for {:.1} s",
+            for_how_long.as_secs_f64()
+        ));
+        "unreachable".to_owned()
+    } else {
+        match tokio::time::timeout(READY_DB_CHECK, store::migrations_applied(&state.pool))
+            .await
+            .unwrap_or(Err(store::Error::Db(sqlx::Error::PoolTimedOut)))
+        {
+            Ok(true) => "ok".to_owned(),
+            Ok(false) => {
+                problems.push("migrations are not all applied".to_owned());
+                "migrations pending".to_owned()
+            }
+            Err(e) => {
+                // The detail (host names, roles, server messages) goes to the log, not to an
+                // unauthenticated caller.
+                tracing::warn!(error = %crate::services::error_chain(&e), "readiness: database unreachable");
+                problems.push("database unreachable".to_owned());
+                "unreachable".to_owned()
+            }
         }
     };
     if state.shutdown.is_cancelled() {

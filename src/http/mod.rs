@@ -82,6 +82,8 @@ pub struct AppState {
     /// `retention_days`: windows older than this may have been pruned, so backfills and manual
     /// windows that old are refused (their uniqueness could no longer be guaranteed).
     pub retention_days: i64,
+    /// Whether the database answers: while it does not, claims and writes answer 503 at once.
+    pub db_health: crate::store::health::DbHealth,
 }
 
 /// A router that remembers which (method, path) pairs it serves.
@@ -141,6 +143,10 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            database_gate,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             auth::authenticate,
         ))
         .layer(axum::middleware::from_fn_with_state(
@@ -173,6 +179,43 @@ async fn refuse_declared_oversize(
         .into_response();
     }
     next.run(req).await
+}
+
+/// While the database is unreachable, API calls (`/v1/…`) answer 503 with `Retry-After` at
+/// once instead of waiting for a connection; one in flight when the database is found
+/// unreachable answers 503 then (what it did may or may not have committed: a claim's rows are
+/// given back, a repeated report is answered as the first was, a repeated claim with the same
+/// `claim_id` gets the same instances).
+async fn database_gate(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if !req.uri().path().starts_with("/v1/") {
+        return next.run(req).await;
+    }
+    if let Some((for_how_long, _)) = state.db_health.unreachable() {
+        metrics::counter!("kairos_requests_refused_total", "reason" => "database_unreachable")
+            .increment(1);
+        return ApiError::Unavailable(format!(
+            "the database has been unreachable for {} ms",
+            for_how_long.as_millis()
+        ))
+        .into_response();
+    }
+    let down = state.db_health.down();
+    let went_down = down.notified();
+    tokio::pin!(went_down);
+    went_down.as_mut().enable();
+    tokio::select! {
+        resp = next.run(req) => resp,
+        _ = went_down => {
+            state.db_health.doubt();
+            ApiError::Unavailable("the database became unreachable during the request".to_owned())
+                .into_response()
+        }
+    }
 }
 
 /// Cut off a request that takes longer than `http_request_timeout_seconds` (a long poll gets its

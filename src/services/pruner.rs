@@ -41,6 +41,8 @@ impl PrunerConfig {
 pub struct PruneReport {
     pub num_instances: u64,
     pub num_outbox: u64,
+    /// Recorded claim answers whose leases have all passed.
+    pub num_claim_answers: u64,
 }
 
 pub struct Pruner {
@@ -77,9 +79,16 @@ impl Pruner {
                 "pruned finished history"
             );
         }
+        let num_claim_answers =
+            store::claim_answers::prune_expired(&self.pool, self.config.batch_size).await?;
+        if num_claim_answers > 0 {
+            metrics::counter!("kairos_pruned_total", "table" => "claim_answers")
+                .increment(num_claim_answers);
+        }
         Ok(PruneReport {
             num_instances,
             num_outbox,
+            num_claim_answers,
         })
     }
 
@@ -91,9 +100,11 @@ impl Pruner {
             self.heartbeats.clone(),
             shutdown,
             || async {
-                self.run_once()
-                    .await
-                    .map(|r| r.num_instances >= batch || r.num_outbox >= batch)
+                self.run_once().await.map(|r| {
+                    r.num_instances >= batch
+                        || r.num_outbox >= batch
+                        || r.num_claim_answers >= batch
+                })
             },
         )
         .await;

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Heartbeats, run_periodic};
 use crate::domain::retry::Failure;
+use crate::store::health::DbHealth;
 use crate::store::{self, instances, map_db_error};
 
 pub const LOOP_NAME: &str = "timeout_reaper";
@@ -45,12 +46,17 @@ impl TimeoutReaperConfig {
 pub struct ReapReport {
     pub num_reaped: usize,
     pub num_dead: usize,
+    /// Expired leases renewed because the database was unreachable during them.
+    pub num_renewed: usize,
 }
 
 pub struct TimeoutReaper {
     pool: PgPool,
     config: TimeoutReaperConfig,
     heartbeats: Heartbeats,
+    /// While this replica finds the database unreachable the reaper waits: leases its agents
+    /// could not renew meanwhile are judged once the outage is recorded.
+    health: DbHealth,
 }
 
 impl TimeoutReaper {
@@ -59,18 +65,30 @@ impl TimeoutReaper {
             pool,
             config,
             heartbeats,
+            health: DbHealth::default(),
         }
+    }
+
+    /// Wait out outages this replica sees (see the `health` field).
+    pub fn with_health(mut self, health: DbHealth) -> Self {
+        self.health = health;
+        self
     }
 
     /// One bounded batch.
     pub async fn run_once(&self) -> store::Result<ReapReport> {
+        if self.health.unreachable().is_some() {
+            return Ok(ReapReport::default());
+        }
         let actor = format!("reaper:{}", self.config.node_id);
         let mut tx = self.pool.begin().await.map_err(map_db_error)?;
-        let expired = instances::lock_expired(&mut tx, self.config.batch_size).await?;
-        if expired.is_empty() {
+        let locked = instances::lock_expired(&mut tx, self.config.batch_size).await?;
+        if locked.is_empty() {
             tx.commit().await.map_err(map_db_error)?;
             return Ok(ReapReport::default());
         }
+        let (lost, expired): (Vec<_>, Vec<_>) = locked.into_iter().partition(|a| a.lost_to_outage);
+        let renewed = instances::renew_after_outage(&mut tx, &lost).await?;
         let failures: Vec<Failure> = expired
             .iter()
             .map(|a| {
@@ -81,11 +99,28 @@ impl TimeoutReaper {
                 a.plan_failure(true, error, kind, rand::random::<f64>())
             })
             .collect();
-        let written =
+        let written = if failures.is_empty() {
+            Vec::new()
+        } else {
             instances::record_failures(&mut tx, &failures, &actor, instances::ReportedBy::Kairos)
-                .await?;
+                .await?
+        };
         tx.commit().await.map_err(map_db_error)?;
-        let mut report = ReapReport::default();
+        let mut report = ReapReport {
+            num_renewed: usize::try_from(renewed).unwrap_or(usize::MAX),
+            ..ReapReport::default()
+        };
+        for a in &lost {
+            metrics::counter!("kairos_leases_renewed_after_outage_total").increment(1);
+            tracing::warn!(
+                task_id = %a.task_id,
+                window_key = %a.window_key,
+                instance_id = %a.id,
+                attempt = a.attempt,
+                reason = "the lease expired while the database was unreachable",
+                "lease renewed instead of reaped; the attempt is not charged"
+            );
+        }
         for (a, f) in expired.iter().zip(&failures) {
             if !written.iter().any(|w| w.id == a.id) {
                 continue;
@@ -116,7 +151,11 @@ impl TimeoutReaper {
             self.config.interval,
             self.heartbeats.clone(),
             shutdown,
-            || async { self.run_once().await.map(|r| r.num_reaped >= batch) },
+            || async {
+                self.run_once()
+                    .await
+                    .map(|r| r.num_reaped + r.num_renewed >= batch)
+            },
         )
         .await;
     }

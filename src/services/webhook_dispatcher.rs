@@ -350,7 +350,7 @@ impl WebhookDispatcher {
             let free = slots.available_permits();
             let mut wait = self.config.interval;
             if free > 0 && !shutdown.is_cancelled() {
-                match self.claim(free).await {
+                match super::bounded_pass(LOOP_NAME, self.claim(free)).await {
                     Ok(claimed) => {
                         errors = 0;
                         self.heartbeats.tick(LOOP_NAME, self.config.interval);

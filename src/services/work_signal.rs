@@ -161,10 +161,29 @@ impl WorkSignal {
                 tokio::select! {
                     biased;
                     _ = shutdown.cancelled() => return,
-                    n = listener.recv() => match n {
-                        Ok(n) => self.notify(n.payload()),
+                    n = listener.try_recv() => match n {
+                        Ok(Some(n)) => self.notify(n.payload()),
+                        // The connection was lost (sqlx reconnects and listens again on the next
+                        // call): whatever was announced meanwhile is lost, so every waiter looks.
+                        Ok(None) => {
+                            metrics::counter!("kairos_listen_reconnects_total", "channel" => WORK_CHANNEL).increment(1);
+                            tracing::warn!(channel = WORK_CHANNEL, reason = "LISTEN connection lost", "work signal reconnecting; waking every waiting claim");
+                            self.wake_all();
+                        }
                         Err(e) => {
                             tracing::warn!(error = %error_chain(&e), "work signal lost its connection; reconnecting");
+                            self.wake_all();
+                            break;
+                        }
+                    },
+                    // A connection the network went silent on delivers nothing and reports
+                    // nothing: after a quiet spell, ask it to answer within a bound.
+                    _ = tokio::time::sleep(LISTEN_CHECK) => {
+                        let ping = sqlx::query("select 1").execute(&mut listener);
+                        if !matches!(tokio::time::timeout(LISTEN_CHECK_TIMEOUT, ping).await, Ok(Ok(_))) {
+                            metrics::counter!("kairos_listen_reconnects_total", "channel" => WORK_CHANNEL).increment(1);
+                            tracing::warn!(channel = WORK_CHANNEL, reason = "LISTEN connection did not answer a check", "work signal reconnecting; waking every waiting claim");
+                            self.wake_all();
                             break;
                         }
                     }
@@ -173,6 +192,11 @@ impl WorkSignal {
         }
     }
 }
+
+/// After this long without a notification, the LISTEN connection is checked.
+const LISTEN_CHECK: Duration = Duration::from_secs(5);
+/// How long that check may take before the connection is given up.
+const LISTEN_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Sleep, or return true at once when `shutdown` fires.
 async fn sleep_or_stop(shutdown: &CancellationToken, d: Duration) -> bool {

@@ -46,6 +46,9 @@ pub struct ClaimRequest {
     pub worker_id: String,
     pub max_instances: i64,
     pub lease_seconds: i64,
+    /// Client-chosen: a repeat of this claim by the same worker within the lease is answered
+    /// with what this one took (`claim_answers`).
+    pub claim_id: Option<String>,
 }
 
 /// A claimed instance: the instance, its fresh lease token and the context to run with.
@@ -208,6 +211,7 @@ pub async fn claim_round(
             actor,
             lease_seconds: Some(r.lease_seconds as f64),
             max: usize::try_from(r.max_instances.max(1)).unwrap_or(1),
+            claim_id: r.claim_id.as_deref(),
         })
         .collect();
     let (claimed, head_unsettled) = claim_dealt(pool, scope, &wants, head).await?;
@@ -242,6 +246,7 @@ pub async fn claim_scoped(
         actor,
         lease_seconds,
         max: usize::try_from(max_instances.max(1)).unwrap_or(1),
+        claim_id: None,
     };
     let (claimed, _) = claim_dealt(pool, scope, &[taker], HeadRead::Try).await?;
     Ok(claimed.into_iter().map(|(_, c)| c).collect())
@@ -254,6 +259,8 @@ struct Taker<'a> {
     /// The lease asked for; `None` for pushes (the task's dispatch timeout decides).
     lease_seconds: Option<f64>,
     max: usize,
+    /// The request's `claim_id`: what it takes is recorded in the claim's transaction.
+    claim_id: Option<&'a str>,
 }
 
 /// One pick over the takers' total, the chosen rows dealt to the takers in order, claimed in
@@ -280,6 +287,29 @@ async fn claim_dealt(
     dealt.truncate(chosen.len());
     let permits = reserve_permits(&mut tx, &chosen).await?;
     let rows = take(&mut tx, scope, &chosen, &dealt, takers, &permits).await?;
+    if let Some(agent_id) = scope.agent() {
+        for (k, t) in takers.iter().enumerate() {
+            let (Some(claim_id), Some(lease)) = (t.claim_id, t.lease_seconds) else {
+                continue;
+            };
+            let leases: Vec<(Uuid, Uuid)> = rows
+                .iter()
+                .filter(|(taker, _)| *taker == k)
+                .map(|(_, r)| (r.instance.id, r.lease_token))
+                .collect();
+            if !leases.is_empty() {
+                super::claim_answers::record(
+                    &mut tx,
+                    agent_id,
+                    t.worker_id,
+                    claim_id,
+                    &leases,
+                    lease,
+                )
+                .await?;
+            }
+        }
+    }
     tx.commit().await.map_err(map_db_error)?;
     for (_, r) in &rows {
         let i = &r.instance;
@@ -761,8 +791,8 @@ async fn take(
                  $6::text[], $7::text[]) as g(id, slot, taker, lease, timeout, worker, actor) \
          ), upd as ( \
              update task_instance i set status = 'RUNNING', lease_token = gen_random_uuid(), \
-                 lease_expires_at = now() + make_interval(secs => g.lease), \
-                 deadline_at = now() + make_interval(secs => g.timeout), \
+                 lease_expires_at = clock_timestamp() + make_interval(secs => g.lease), \
+                 deadline_at = clock_timestamp() + make_interval(secs => g.timeout), \
                  worker_id = g.worker, started_at = now(), updated_at = now(), \
                  claimed_by = g.actor, run_slot = g.slot \
              from g where i.id = g.id and {PENDING_BY_ID} \

@@ -25,6 +25,8 @@ use sqlx::PgPool;
 use tokio::sync::oneshot;
 
 use super::claim::{ClaimRequest, Claimed, HeadRead, claim_many, claim_round};
+use super::claim_answers;
+use super::instances::give_back;
 use super::{Error, Result};
 
 /// Most instances one round claims (the sum of its requests' `max_instances`).
@@ -56,6 +58,8 @@ struct AgentQueue {
 #[derive(Clone)]
 pub struct ClaimRounds {
     pool: PgPool,
+    /// The event actor of give-backs: `kairos:<node id>`.
+    actor: String,
     max_round: usize,
     agents: Arc<Mutex<HashMap<String, AgentQueue>>>,
     /// Per agent: until when its rounds skip the head (kept apart from the queues, which
@@ -64,9 +68,41 @@ pub struct ClaimRounds {
 }
 
 impl ClaimRounds {
-    pub fn new(pool: PgPool, max_round: usize) -> Self {
+    /// Claimed instances whose caller went away before the answer (its request was dropped:
+    /// the client disconnected or timed out, the request timed out) go back to PENDING at
+    /// once, their attempt not spent, instead of waiting RUNNING for their leases to expire.
+    /// When the give-back itself fails (the database went away too), the leases expire and the
+    /// reaper's outage rule applies.
+    async fn give_back_undelivered(&self, req: &ClaimRequest, unsent: Vec<Claimed>) {
+        if unsent.is_empty() {
+            return;
+        }
+        let leases: Vec<(uuid::Uuid, uuid::Uuid)> = unsent
+            .iter()
+            .map(|c| (c.instance.id, c.lease_token))
+            .collect();
+        let reason = "the claim's answer could not be delivered";
+        match give_back(&self.pool, &leases, &self.actor, reason).await {
+            Ok(back) => {
+                metrics::counter!("kairos_claims_given_back_total").increment(back.len() as u64);
+                for g in &back {
+                    tracing::warn!(task_id = %g.task_id, window_key = %g.window_key, instance_id = %g.id, attempt = g.attempt, agent_id = %req.agent_id, worker_id = %req.worker_id, reason, "claimed instance given back");
+                }
+            }
+            Err(e) => {
+                let lost: Vec<String> = unsent
+                    .iter()
+                    .map(|c| format!("{}@{}", c.instance.task_id, c.instance.window_key))
+                    .collect();
+                tracing::error!(agent_id = %req.agent_id, worker_id = %req.worker_id, instances = ?lost, error = %e, reason, "claimed instances not delivered and not given back; their leases will expire");
+            }
+        }
+    }
+
+    pub fn new(pool: PgPool, max_round: usize, node_id: &str) -> Self {
         Self {
             pool,
+            actor: format!("kairos:{node_id}"),
             max_round: max_round.max(1),
             agents: Arc::default(),
             skip_head_until: Arc::default(),
@@ -105,8 +141,18 @@ impl ClaimRounds {
         self.agents.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Claim for `req` in the next round of its agent; answered when that round commits.
+    /// Claim for `req` in the next round of its agent; answered when that round commits. A
+    /// request with a `claim_id` this worker already used, whose instances it still holds, is
+    /// answered with those instances and lease tokens instead (`claim_answers`).
     pub async fn claim(&self, req: ClaimRequest, actor: String) -> Result<Vec<Claimed>> {
+        if let Some(claim_id) = req.claim_id.as_deref()
+            && let Some(held) =
+                claim_answers::replay(&self.pool, &req.agent_id, &req.worker_id, claim_id).await?
+        {
+            metrics::counter!("kairos_claims_replayed_total").increment(1);
+            tracing::info!(agent_id = %req.agent_id, worker_id = %req.worker_id, claim_id, instances = held.len(), "claim repeated under its claim_id; answered with the instances it took");
+            return Ok(held);
+        }
         let (reply, answer) = oneshot::channel();
         let agent = req.agent_id.clone();
         let lead = {
@@ -180,11 +226,7 @@ impl ClaimRounds {
                 metrics::counter!("kairos_claim_head_total", "outcome" => outcome).increment(1);
                 for (w, list) in round.into_iter().zip(r.claimed) {
                     if let Err(Ok(unsent)) = w.reply.send(Ok(list)) {
-                        let lost: Vec<String> = unsent
-                            .iter()
-                            .map(|c| format!("{}@{}", c.instance.task_id, c.instance.window_key))
-                            .collect();
-                        tracing::warn!(agent_id = %w.req.agent_id, worker_id = %w.req.worker_id, instances = ?lost, reason = "the claiming request went away before the answer", "claimed instances not delivered; their leases will expire");
+                        self.give_back_undelivered(&w.req, unsent).await;
                     }
                 }
             }
@@ -201,7 +243,9 @@ impl ClaimRounds {
                     let answer = claim_many(&self.pool, &one)
                         .await
                         .map(|mut l| l.pop().unwrap_or_default());
-                    let _ = w.reply.send(answer);
+                    if let Err(Ok(unsent)) = w.reply.send(answer) {
+                        self.give_back_undelivered(&w.req, unsent).await;
+                    }
                 }
             }
         }

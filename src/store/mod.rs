@@ -6,10 +6,12 @@
 
 pub mod circuit;
 pub mod claim;
+pub mod claim_answers;
 pub mod claim_rounds;
 pub mod console;
 pub mod events;
 pub mod group_commit;
+pub mod health;
 pub mod instances;
 pub mod outbox;
 pub mod tasks;
@@ -327,13 +329,139 @@ pub fn data_exception(e: &sqlx::Error) -> Option<crate::domain::task::FieldError
     ))
 }
 
-/// Connect a pool of at most `max_connections`.
-pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
-    PgPoolOptions::new()
+/// How this process talks to its database: the bounds that turn a database that went away, or a
+/// connection that went silent, into an error within seconds instead of the kernel's 15 minutes.
+#[derive(Debug, Clone)]
+pub struct DbSettings {
+    /// Longest wait for a pooled connection (and so for an answer while the database is
+    /// unreachable): `database_unavailable_answer_ms` for the API's pool.
+    pub acquire_timeout: std::time::Duration,
+    /// `statement_timeout`, `lock_timeout` and `idle_in_transaction_session_timeout` of every
+    /// session (0 leaves the server's setting).
+    pub statement_timeout_ms: u64,
+    pub lock_timeout_ms: u64,
+    pub idle_in_transaction_timeout_ms: u64,
+    /// The server's TCP keepalive idle time and probe interval for the session (three probes),
+    /// and `tcp_user_timeout` of four times it: the server drops a silent client (and the locks
+    /// its transaction held) within seconds. 0 leaves the server's settings.
+    pub keepalive_seconds: u64,
+    /// Bound of the ping that checks a returned connection while the database is in doubt.
+    pub ping_timeout: std::time::Duration,
+}
+
+impl Default for DbSettings {
+    fn default() -> Self {
+        Self::from_config(&crate::config::Config::default())
+    }
+}
+
+impl DbSettings {
+    pub fn from_config(cfg: &crate::config::Config) -> Self {
+        Self {
+            acquire_timeout: std::time::Duration::from_millis(cfg.database_unavailable_answer_ms),
+            statement_timeout_ms: cfg.db_statement_timeout_ms,
+            lock_timeout_ms: cfg.db_lock_timeout_ms,
+            idle_in_transaction_timeout_ms: cfg.db_idle_in_transaction_timeout_ms,
+            keepalive_seconds: cfg.db_keepalive_seconds,
+            ping_timeout: std::time::Duration::from_millis(cfg.database_unavailable_answer_ms),
+        }
+    }
+
+    /// No session bounds (migrations: an index build may take long), the same acquire bound.
+    pub fn unbounded(&self) -> Self {
+        Self {
+            statement_timeout_ms: 0,
+            lock_timeout_ms: 0,
+            idle_in_transaction_timeout_ms: 0,
+            ..self.clone()
+        }
+    }
+
+    /// The session settings sent at connection start (`options=-c …`), in order.
+    pub fn session_options(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        for (name, ms) in [
+            ("statement_timeout", self.statement_timeout_ms),
+            ("lock_timeout", self.lock_timeout_ms),
+            (
+                "idle_in_transaction_session_timeout",
+                self.idle_in_transaction_timeout_ms,
+            ),
+        ] {
+            if ms > 0 {
+                out.push((name, ms.to_string()));
+            }
+        }
+        if self.keepalive_seconds > 0 {
+            let k = self.keepalive_seconds;
+            out.push(("tcp_keepalives_idle", k.to_string()));
+            out.push(("tcp_keepalives_interval", k.to_string()));
+            out.push(("tcp_keepalives_count", "3".to_owned()));
+            out.push(("tcp_user_timeout", (k * 4 * 1000).to_string()));
+        }
+        out
+    }
+}
+
+/// Connect a pool of at most `max_connections` with `settings`. While `health` is in doubt (an
+/// outage, a call that timed out), every connection returned to the pool is pinged within
+/// `ping_timeout` and closed when it does not answer, so a connection the network black-holed
+/// is never handed out again (sqlx's own check on return waits without a bound).
+pub async fn connect(
+    url: &str,
+    max_connections: u32,
+    settings: &DbSettings,
+    health: health::DbHealth,
+) -> Result<PgPool, sqlx::Error> {
+    let options: sqlx::postgres::PgConnectOptions = url.parse()?;
+    let options = options.options(settings.session_options());
+    let ping_timeout = settings.ping_timeout;
+    Ok(PgPoolOptions::new()
         .max_connections(max_connections)
-        .acquire_timeout(std::time::Duration::from_secs(10))
-        .connect(url)
-        .await
+        .acquire_timeout(settings.acquire_timeout)
+        .after_release(move |conn, _meta| {
+            let in_doubt = health.in_doubt();
+            Box::pin(async move {
+                if !in_doubt {
+                    return Ok(true);
+                }
+                use sqlx::Connection;
+                match tokio::time::timeout(ping_timeout, conn.ping()).await {
+                    Ok(Ok(())) => Ok(true),
+                    Ok(Err(e)) => Err(e),
+                    Err(_) => Err(sqlx::Error::PoolTimedOut),
+                }
+            })
+        })
+        .connect_lazy_with(options))
+}
+
+/// Whether a database error is the database being unavailable or this transaction losing a
+/// race, rather than anything wrong with the request: the one place that decides "retry later"
+/// (503 with `Retry-After` over HTTP, the next pass in a loop) or "give up". Connection loss
+/// and pool timeouts; SQLSTATE class 08 (connection exception), 53 (insufficient resources),
+/// 57P01–57P03 (admin shutdown, crash shutdown, cannot connect now: a restart or failover),
+/// 25006 (read-only transaction: a standby that was a primary), 40001 and 40P01
+/// (serialization failure, deadlock), 55P03 (lock timeout) and 57014 (statement timeout).
+pub fn is_transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| transient_sqlstate(&c)),
+        _ => false,
+    }
+}
+
+fn transient_sqlstate(code: &str) -> bool {
+    code.starts_with("08")
+        || code.starts_with("53")
+        || matches!(
+            code,
+            "57P01" | "57P02" | "57P03" | "25006" | "40001" | "40P01" | "55P03" | "57014"
+        )
 }
 
 /// Apply pending migrations.
@@ -380,6 +508,55 @@ mod tests {
         assert_eq!(parse_work_payload("a b"), ("a b", 1));
         assert_eq!(parse_work_payload(" +5"), (" +5", 1));
         assert_eq!(parse_work_payload("*"), ("*", 1));
+    }
+
+    #[test]
+    fn failover_and_outage_errors_are_transient_and_input_errors_are_not() {
+        for code in [
+            "57P01", "57P02", "57P03", "25006", "40001", "40P01", "55P03", "57014", "08006",
+            "08001", "53300",
+        ] {
+            assert!(transient_sqlstate(code), "{code}");
+        }
+        for code in ["23505", "22021", "42P01", "23514"] {
+            assert!(!transient_sqlstate(code), "{code}");
+        }
+        assert!(is_transient(&sqlx::Error::PoolTimedOut));
+        assert!(!is_transient(&sqlx::Error::RowNotFound));
+    }
+
+    #[test]
+    fn sessions_carry_the_timeouts_and_keepalives_that_are_set() {
+        let s = DbSettings {
+            acquire_timeout: std::time::Duration::from_secs(2),
+            statement_timeout_ms: 15_000,
+            lock_timeout_ms: 0,
+            idle_in_transaction_timeout_ms: 30_000,
+            keepalive_seconds: 5,
+            ping_timeout: std::time::Duration::from_secs(2),
+        };
+        let names: Vec<String> = s
+            .session_options()
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "statement_timeout=15000",
+                "idle_in_transaction_session_timeout=30000",
+                "tcp_keepalives_idle=5",
+                "tcp_keepalives_interval=5",
+                "tcp_keepalives_count=3",
+                "tcp_user_timeout=20000"
+            ]
+        );
+        assert!(
+            s.unbounded()
+                .session_options()
+                .iter()
+                .all(|(k, _)| k.starts_with("tcp"))
+        );
     }
 
     #[test]

@@ -45,6 +45,10 @@ pub struct RunningAttempt {
     pub task_exists: bool,
     /// `lease_expired` or `timeout` for reaped rows; null otherwise.
     pub expiry: Option<String>,
+    /// For an expired lease: the database was unreachable (restarted, or a replica recorded an
+    /// outage) since the lease was last renewed, so its holder may have been unable to renew
+    /// or report it. Such a lease is renewed once instead of failed.
+    pub lost_to_outage: bool,
 }
 
 impl RunningAttempt {
@@ -108,7 +112,12 @@ pub(super) const RUNNING_ATTEMPT_COLUMNS: &str = "i.id, i.task_id, i.window_key,
 pub async fn lock_expired(conn: &mut PgConnection, limit: i64) -> Result<Vec<RunningAttempt>> {
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "select {RUNNING_ATTEMPT_COLUMNS}, \
-             case when i.deadline_at < now() then 'timeout' else 'lease_expired' end as expiry \
+             case when i.deadline_at < now() then 'timeout' else 'lease_expired' end as expiry, \
+             i.deadline_at >= now() and ( \
+                 pg_postmaster_start_time() > i.updated_at \
+                 or exists (select 1 from db_unreachable u \
+                            where u.ended_at >= i.updated_at \
+                                and u.started_at <= i.lease_expires_at)) as lost_to_outage \
          from task_instance i left join tasks t on t.id = i.task_id \
          where {RUNNING} and i.lease_expires_at is not null \
              and least(i.lease_expires_at, i.deadline_at) < now() \
@@ -120,6 +129,31 @@ pub async fn lock_expired(conn: &mut PgConnection, limit: i64) -> Result<Vec<Run
     .fetch_all(&mut *conn)
     .await
     .map_err(map_db_error)
+}
+
+/// Renew, once, expired leases that were lost to an outage ([`RunningAttempt::lost_to_outage`]):
+/// each gets the length it had (from its last renewal to its expiry) again from now, under the
+/// same token, so its holder can still report what it did. Not an attempt, not a failure; the
+/// run's deadline (`timeout_seconds`) still applies. Returns how many were renewed.
+pub async fn renew_after_outage(conn: &mut PgConnection, lost: &[RunningAttempt]) -> Result<u64> {
+    if lost.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<Uuid> = lost.iter().map(|a| a.id).collect();
+    let tokens: Vec<Uuid> = lost.iter().map(|a| a.lease_token).collect();
+    let done = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "update task_instance i \
+         set lease_expires_at = clock_timestamp() + (i.lease_expires_at - i.updated_at), \
+             updated_at = now() \
+         from unnest($1::uuid[], $2::uuid[]) as f(id, token) \
+         where i.id = f.id and {RUNNING_BY_ID} and i.lease_token = f.token"
+    )))
+    .bind(&ids)
+    .bind(&tokens)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    Ok(done.rows_affected())
 }
 
 /// Who ends the attempts [`record_failures`] writes.

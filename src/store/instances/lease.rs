@@ -324,7 +324,7 @@ pub(in crate::store) async fn fail_in(
     let ids: Vec<Uuid> = items.iter().map(|f| f.id).collect();
     let tokens: Vec<Uuid> = items.iter().map(|f| f.lease_token).collect();
     let running: Vec<RunningAttempt> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select {RUNNING_ATTEMPT_COLUMNS}, null::text as expiry \
+        "select {RUNNING_ATTEMPT_COLUMNS}, null::text as expiry, false as lost_to_outage \
          from unnest($1::uuid[], $2::uuid[]) as f(id, token) \
          join task_instance i on i.id = f.id and {RUNNING_BY_ID} and i.lease_token = f.token \
          left join tasks t on t.id = i.task_id \

@@ -11,6 +11,25 @@
 //! transition table (`crate::domain::instance::legal_sources`); the decisions (what a failure
 //! becomes, which windows a backfill covers) are pure and live in `crate::domain`. Nothing here
 //! depends on `store::tasks`.
+//!
+//! # Lock order
+//!
+//! A transaction that locks both takes instance rows first, in id order, then task rows, in
+//! id order (then, through `tasks`, the task's cursor row). Two transactions that take them
+//! in opposite orders across statements deadlock (SQLSTATE 40P01, found only after
+//! `deadlock_timeout`, and one of them is aborted). So:
+//! - a group commit locks every lease holder's row of its batch, and then the task rows its
+//!   writes update, in one first step (`locks`); in a batch it skips rows another transaction
+//!   holds and writes those calls alone, so a blocked call holds up only itself;
+//! - the reaper locks expired rows (`skip locked`: it never waits for an instance row) before
+//!   `record_failures` updates their tasks ([`TASKS_OF_UPD_IN_ID_ORDER`]);
+//! - a backfill, which may cancel RUNNING rows (overlap `replace`), never locks its task row
+//!   for update: it reads it `for key share` (waiting for a delete or a change of the task,
+//!   not for the failure counts) and takes turns with other backfills of the task on an
+//!   advisory lock;
+//! - a dependent window reads its downstream task rows `for key share` after the completion
+//!   locked its own rows; deletes and definition changes lock the task row before its
+//!   instances, but only its waiting (PENDING, FAILED) ones, which no lease holder locks.
 
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -20,18 +39,24 @@ use crate::domain::instance::InstanceStatus;
 
 mod backfill;
 mod failures;
+mod give_back;
 mod lease;
+mod locks;
 mod operator;
 mod read;
 mod retention;
 mod windows;
 
 pub use backfill::{Backfill, BackfillReport, Reprocess, backfill};
-pub use failures::{ReportedBy, RunningAttempt, lock_expired, record_failures, retry_due};
+pub use failures::{
+    ReportedBy, RunningAttempt, lock_expired, record_failures, renew_after_outage, retry_due,
+};
+pub use give_back::{GivenBack, give_back};
 pub use lease::{Completion, FailureReport, LeaseExtension, queued_work_sql};
 pub(in crate::store) use lease::{
     Report, Written, answer_each, complete_in, fail_in, heartbeat_in,
 };
+pub(in crate::store) use locks::lock_lease_rows;
 pub use operator::{operator_cancel, operator_retry};
 pub(in crate::store) use read::{INSTANCE_COLUMNS, InstanceRow};
 pub use read::{InstanceFilter, agents_of, get_instance, get_instance_by_window, list_instances};

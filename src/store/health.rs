@@ -1,0 +1,114 @@
+//! What this replica knows about reaching its database: whether it answers now, since when it
+//! has not, and why. One probe loop (`services::db_watch`) keeps it current; the API reads it to
+//! answer 503 at once while the database is unreachable instead of after a pool timeout, and
+//! `/readyz` reports it. Connections returned to the pool while the database is in doubt are
+//! checked with a bounded ping before they are used again ([`DbHealth::in_doubt`]).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// After an outage or a bounded call that timed out, how long returned connections keep being
+/// pinged before reuse.
+pub const DOUBT_AFTER_TROUBLE: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Default)]
+struct State {
+    /// Since when the probe (or a call) found the database unreachable, and why.
+    unreachable: Option<(Instant, String)>,
+    /// Until when returned connections are pinged before reuse.
+    doubt_until: Option<Instant>,
+    /// Woken when the database becomes reachable again.
+    back: Arc<tokio::sync::Notify>,
+    /// Woken when the database is found unreachable.
+    down: Arc<tokio::sync::Notify>,
+}
+
+/// Shared by the pools, the probe and the API; cheap to clone.
+#[derive(Clone, Default)]
+pub struct DbHealth {
+    state: Arc<Mutex<State>>,
+}
+
+impl DbHealth {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Nothing panics while the lock is held; a poisoned state is still consistent.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `Some((for how long, why))` while the database is unreachable.
+    pub fn unreachable(&self) -> Option<(Duration, String)> {
+        self.state()
+            .unreachable
+            .as_ref()
+            .map(|(since, why)| (since.elapsed(), why.clone()))
+    }
+
+    /// Record that the database did not answer; returns true when it was reachable before.
+    pub fn mark_unreachable(&self, why: &str) -> bool {
+        let mut s = self.state();
+        s.doubt_until = Some(Instant::now() + DOUBT_AFTER_TROUBLE);
+        match &mut s.unreachable {
+            Some((_, reason)) => {
+                why.clone_into(reason);
+                false
+            }
+            None => {
+                s.unreachable = Some((Instant::now(), why.to_owned()));
+                s.down.notify_waiters();
+                true
+            }
+        }
+    }
+
+    /// Record that the database answered; returns how long it had been unreachable, if it was.
+    pub fn mark_reachable(&self) -> Option<Duration> {
+        let mut s = self.state();
+        let (since, _) = s.unreachable.take()?;
+        s.doubt_until = Some(Instant::now() + DOUBT_AFTER_TROUBLE);
+        s.back.notify_waiters();
+        Some(since.elapsed())
+    }
+
+    /// A bounded call gave up on the database (its connection may be black-holed): check
+    /// returned connections for a while.
+    pub fn doubt(&self) {
+        self.state().doubt_until = Some(Instant::now() + DOUBT_AFTER_TROUBLE);
+    }
+
+    /// Whether returned connections should be pinged (with a bound) before reuse.
+    pub fn in_doubt(&self) -> bool {
+        let s = self.state();
+        s.unreachable.is_some() || s.doubt_until.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// Notified when the database is next found reachable again (after an outage).
+    pub fn back(&self) -> Arc<tokio::sync::Notify> {
+        self.state().back.clone()
+    }
+
+    /// Notified when the database is next found unreachable.
+    pub fn down(&self) -> Arc<tokio::sync::Notify> {
+        self.state().down.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outage_is_reported_once_with_its_length_and_leaves_connections_in_doubt() {
+        let h = DbHealth::default();
+        assert!(h.unreachable().is_none());
+        assert!(!h.in_doubt());
+        assert!(h.mark_unreachable("connection refused"));
+        assert!(!h.mark_unreachable("timed out"));
+        let (_, why) = h.unreachable().expect("unreachable");
+        assert_eq!(why, "timed out");
+        assert!(h.in_doubt());
+        assert!(h.mark_reachable().is_some());
+        assert!(h.mark_reachable().is_none());
+        assert!(h.unreachable().is_none());
+        assert!(h.in_doubt(), "connections stay in doubt for a while");
+    }
+}

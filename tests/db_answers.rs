@@ -1,0 +1,270 @@
+//! What agents and operators get while the database misbehaves, in one process over a real
+//! PostgreSQL: errors of a restarting or failed-over database answer 503 with `Retry-After`,
+//! a claim whose caller went away gives its rows back, a claim repeated under its `claim_id`
+//! gets the same instances, and leases that expired during an outage are renewed, not charged.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{TestApp, backlog, claim, json};
+use kairos::services::timeout_reaper::{TimeoutReaper, TimeoutReaperConfig};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+async fn manual_task(app: &TestApp, id: &str, agent: &str) {
+    let (status, body) = json(
+        app.put(
+            &format!("/v1/tasks/{id}"),
+            json!({"agent_id": agent, "trigger": {"type": "manual"},
+                   "execution": {"concurrency_limit": 100, "max_retries": 1}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+}
+
+fn ids(list: &[Value]) -> Vec<String> {
+    list.iter()
+        .map(|i| format!("{}/{}", i["id"], i["lease_token"]))
+        .collect()
+}
+
+#[sqlx::test]
+async fn a_claim_repeated_with_its_claim_id_gets_the_same_instances_and_tokens(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    manual_task(&app, "cid", "ca").await;
+    backlog(&pool, "cid", "ca", 10, 60, 2).await;
+    let first = claim(&app, "ca", "w1", 3, json!({"claim_id": "c-1"})).await;
+    assert_eq!(first.len(), 3);
+    let again = claim(&app, "ca", "w1", 3, json!({"claim_id": "c-1"})).await;
+    assert_eq!(
+        ids(&again),
+        ids(&first),
+        "the same answer, nothing more taken"
+    );
+    let running: i64 =
+        sqlx::query_scalar("select count(*) from task_instance where status = 'RUNNING'")
+            .fetch_one(&pool)
+            .await
+            .expect("count");
+    assert_eq!(running, 3);
+    // Another worker's claim_id space is its own; a new claim_id takes more.
+    let other = claim(&app, "ca", "w2", 3, json!({"claim_id": "c-1"})).await;
+    assert_eq!(other.len(), 3);
+    assert!(ids(&other).iter().all(|i| !ids(&first).contains(i)));
+    // Once the first answer's instances are all reported, the claim_id claims anew.
+    for i in &first {
+        let (status, _) = json(
+            app.post(
+                &format!("/v1/instances/{}/complete", i["id"].as_str().unwrap_or("")),
+                json!({"lease_token": i["lease_token"]}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 200);
+    }
+    let fresh = claim(&app, "ca", "w1", 3, json!({"claim_id": "c-1"})).await;
+    assert_eq!(fresh.len(), 3);
+    assert!(ids(&fresh).iter().all(|i| !ids(&first).contains(i)));
+    // Bad claim ids are refused naming the field.
+    for bad in [
+        json!(""),
+        json!("x".repeat(129)),
+        json!(7),
+        json!("a\u{0}b"),
+    ] {
+        let (status, body) = json(
+            app.post(
+                "/v1/claims",
+                json!({"agent_id": "ca", "worker_id": "w1", "claim_id": bad}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 422, "{body}");
+        assert!(
+            body["detail"].as_str().unwrap_or("").contains("claim_id"),
+            "{body}"
+        );
+    }
+}
+
+#[sqlx::test]
+async fn a_claim_whose_caller_went_away_gives_its_rows_back_without_spending_an_attempt(
+    pool: PgPool,
+) {
+    let app = TestApp::spawn(pool.clone()).await;
+    manual_task(&app, "gone", "ga").await;
+    backlog(&pool, "gone", "ga", 5, 60, 2).await;
+    // Writes to task_instance wait while this is held: the claim's update blocks, and its
+    // caller gives up before the claim commits.
+    let mut blocker = pool.begin().await.expect("begin");
+    sqlx::query("lock table task_instance in share mode")
+        .execute(&mut *blocker)
+        .await
+        .expect("lock");
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(700))
+        .build()
+        .expect("client");
+    let gave_up = impatient
+        .post(app.url("/v1/claims"))
+        .json(&json!({"agent_id": "ga", "worker_id": "w", "max_instances": 5}))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the caller timed out: {gave_up:?}");
+    blocker.commit().await.expect("release");
+    // The claim commits, finds nobody to answer, and gives every row back.
+    common::eventually(Duration::from_secs(10), "rows given back", || async {
+        let (pending, given_back): (i64, i64) = sqlx::query_as(
+            "select (select count(*) from task_instance where status = 'PENDING' and attempt = 1), \
+                    (select count(*) from instance_events where to_status = 'PENDING' \
+                        and reason like 'given back%')",
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+        (pending == 5 && given_back == 5).then_some(())
+    })
+    .await;
+    let failures: i32 =
+        sqlx::query_scalar("select consecutive_failures from tasks where id = 'gone'")
+            .fetch_one(&pool)
+            .await
+            .expect("task");
+    assert_eq!(failures, 0);
+    // And they are claimable at once.
+    assert_eq!(claim(&app, "ga", "w2", 5, json!({})).await.len(), 5);
+}
+
+#[sqlx::test]
+async fn errors_of_a_database_that_turned_read_only_answer_503_with_retry_after(pool: PgPool) {
+    let db: String = sqlx::query_scalar("select current_database()")
+        .fetch_one(&pool)
+        .await
+        .expect("db");
+    // What a primary that became a standby answers to writes: SQLSTATE 25006.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "alter database \"{db}\" set default_transaction_read_only = on"
+    )))
+    .execute(&pool)
+    .await
+    .expect("read only");
+    let opts: sqlx::postgres::PgConnectOptions = pool.connect_options().as_ref().clone();
+    let fresh = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(8)
+        .connect_with(opts)
+        .await
+        .expect("pool");
+    let app = TestApp::spawn(fresh).await;
+    let resp = app
+        .put(
+            "/v1/tasks/ro",
+            json!({"agent_id": "ra", "trigger": {"type": "manual"}}),
+        )
+        .await;
+    assert_eq!(resp.status().as_u16(), 503);
+    assert_eq!(
+        resp.headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    let (_, body) = json(resp).await;
+    assert_eq!(
+        body["type"], "https://kairos.dev/problems/unavailable",
+        "{body}"
+    );
+}
+
+async fn claimed_and_expired(app: &TestApp, pool: &PgPool, task: &str) {
+    manual_task(app, task, "ra").await;
+    backlog(pool, task, "ra", 2, 60, 3).await;
+    assert_eq!(
+        claim(app, "ra", "w", 2, json!({"lease_seconds": 30}))
+            .await
+            .len(),
+        2
+    );
+    // The leases were renewed 40 s ago and expired 10 s ago.
+    sqlx::query(
+        "update task_instance set updated_at = now() - interval '40 seconds', \
+             lease_expires_at = now() - interval '10 seconds' where task_id = $1",
+    )
+    .bind(task)
+    .execute(pool)
+    .await
+    .expect("expire");
+}
+
+#[sqlx::test]
+async fn leases_that_expired_during_a_recorded_outage_are_renewed_not_charged(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    claimed_and_expired(&app, &pool, "outage").await;
+    sqlx::query(
+        "insert into db_unreachable (node_id, started_at, ended_at) \
+         values ('n1', now() - interval '30 seconds', now() - interval '1 second')",
+    )
+    .execute(&pool)
+    .await
+    .expect("outage");
+    let reaper = TimeoutReaper::new(
+        pool.clone(),
+        TimeoutReaperConfig::new("r"),
+        Default::default(),
+    );
+    let report = reaper.run_once().await.expect("reap");
+    assert_eq!(
+        (report.num_reaped, report.num_renewed),
+        (0, 2),
+        "{report:?}"
+    );
+    let (running, failures): (i64, i32) = sqlx::query_as(
+        "select (select count(*) from task_instance where status = 'RUNNING' \
+                    and lease_expires_at > now() + interval '25 seconds'), \
+                (select consecutive_failures from tasks where id = 'outage')",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("state");
+    assert_eq!((running, failures), (2, 0));
+    // Renewed once: when the renewed lease expires too, the attempt is charged as usual.
+    sqlx::query("update task_instance set lease_expires_at = now() - interval '1 second'")
+        .execute(&pool)
+        .await
+        .expect("expire again");
+    let report = reaper.run_once().await.expect("reap");
+    assert_eq!(
+        (report.num_reaped, report.num_renewed),
+        (2, 0),
+        "{report:?}"
+    );
+}
+
+#[sqlx::test]
+async fn leases_that_expired_without_an_outage_are_reaped(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    claimed_and_expired(&app, &pool, "plain").await;
+    // An outage that ended before the leases were last renewed does not excuse them.
+    sqlx::query(
+        "insert into db_unreachable (node_id, started_at, ended_at) \
+         values ('n1', now() - interval '90 seconds', now() - interval '60 seconds')",
+    )
+    .execute(&pool)
+    .await
+    .expect("outage");
+    let reaper = TimeoutReaper::new(
+        pool.clone(),
+        TimeoutReaperConfig::new("r"),
+        Default::default(),
+    );
+    let report = reaper.run_once().await.expect("reap");
+    assert_eq!(
+        (report.num_reaped, report.num_renewed),
+        (2, 0),
+        "{report:?}"
+    );
+}
