@@ -1007,9 +1007,7 @@ async fn a_receiver_slower_than_the_dispatch_timeout_fails_the_attempt_naming_it
 }
 
 #[sqlx::test]
-async fn pushes_waiting_at_shutdown_are_recorded_as_failed_dispatches_retryable_at_once(
-    pool: PgPool,
-) {
+async fn pushes_waiting_at_shutdown_are_given_back_without_spending_an_attempt(pool: PgPool) {
     let receiver = Receiver::start(vec![Mode::Sleep(Duration::from_secs(120))]).await;
     let mut opts = Options::api_only("stopping");
     let mut wh = WebhookDispatcherConfig::new("stopping", "");
@@ -1036,18 +1034,25 @@ async fn pushes_waiting_at_shutdown_are_recorded_as_failed_dispatches_retryable_
         "shutdown did not wait for the answer: {:?}",
         stopping.elapsed()
     );
-    let (status, kind, error, due): (String, String, String, bool) = sqlx::query_as(
-        "select status, error_kind, error, available_at <= now() from task_instance \
-         where task_id = 'hanging'",
-    )
-    .fetch_one(&pool)
-    .await
-    .expect("instance");
-    assert_eq!(status, "FAILED");
-    assert_eq!(kind, "dispatch");
-    assert_eq!(error, kairos::services::webhook_dispatcher::SHUTDOWN_REASON);
-    assert!(
-        due,
-        "the retry may start at once, not after the task's backoff"
+    let (status, attempt, due, failures, reason): (String, i32, bool, i32, String) =
+        sqlx::query_as(
+            "select i.status, i.attempt, i.available_at <= now(), t.consecutive_failures, \
+                 (select e.reason from instance_events e where e.instance_id = i.id \
+                  order by e.id desc limit 1) \
+             from task_instance i join tasks t on t.id = i.task_id \
+             where i.task_id = 'hanging'",
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("instance");
+    assert_eq!((status.as_str(), attempt), ("PENDING", 1));
+    assert!(due, "another replica may push it at once");
+    assert_eq!(failures, 0, "kairos cut the push short: nothing is charged");
+    assert_eq!(
+        reason,
+        format!(
+            "given back: {}",
+            kairos::services::webhook_dispatcher::SHUTDOWN_REASON
+        )
     );
 }

@@ -185,9 +185,37 @@ impl WebhookDispatcher {
         Ok(report)
     }
 
+    /// A push whose answer this replica will not wait for (it is shutting down) goes back to
+    /// PENDING at once with the same attempt: kairos cut it short, so it spends no attempt and
+    /// counts nothing toward the circuit breaker. When the give-back fails, the attempt is
+    /// recorded as a failed dispatch whose retry may start at once.
+    async fn give_back_at_shutdown(&self, c: &claim::Claimed) -> PushOutcome {
+        let i = &c.instance;
+        match instances::give_back(
+            &self.pool,
+            &[(i.id, c.lease_token)],
+            &self.actor(),
+            SHUTDOWN_REASON,
+        )
+        .await
+        {
+            Ok(back) => {
+                for g in &back {
+                    tracing::warn!(task_id = %g.task_id, window_key = %g.window_key, instance_id = %g.id, attempt = g.attempt, reason = SHUTDOWN_REASON, "pushed instance given back");
+                }
+                PushOutcome::Stale
+            }
+            Err(e) => {
+                tracing::warn!(task_id = %i.task_id, window_key = %i.window_key, instance_id = %i.id, error = %error_chain(&e), "could not give the push back; recording it as a failed dispatch");
+                self.record_failure(c, SHUTDOWN_REASON.to_owned(), true)
+                    .await
+            }
+        }
+    }
+
     /// Push one claimed instance and record what its receiver answered. When `shutdown` is
-    /// cancelled before the answer arrives, the attempt is recorded as a failed dispatch whose
-    /// retry may start at once.
+    /// cancelled before the answer arrives, the instance is given back
+    /// ([`Self::give_back_at_shutdown`]).
     pub async fn push(&self, c: claim::Claimed, shutdown: &CancellationToken) -> PushOutcome {
         let i = &c.instance;
         let base = self.config.public_url.trim_end_matches('/');
@@ -219,7 +247,7 @@ impl WebhookDispatcher {
                         }
                     }),
                     _ = shutdown.cancelled() => {
-                        return self.record_failure(&c, SHUTDOWN_REASON.to_owned(), true).await;
+                        return self.give_back_at_shutdown(&c).await;
                     }
                 }
             }
