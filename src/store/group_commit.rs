@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use super::instances::{
     Completion, FailureReport, LeaseExtension, Report, Written, answer_each, complete_in, fail_in,
-    heartbeat_in,
+    heartbeat_in, lock_lease_rows,
 };
 use super::{Error, Result, map_db_error};
 use crate::domain::instance::Instance;
@@ -148,18 +148,32 @@ struct BatchWritten {
     fails: Vec<Written>,
 }
 
-async fn write(pool: &PgPool, ops: &[Op]) -> Result<BatchWritten> {
+/// Write `ops` in one transaction. Its first step locks the calls' rows and their tasks in
+/// the store's lock order ([`lock_lease_rows`]); in a batch of several calls, rows another
+/// transaction holds are skipped, and those calls are returned (by position) to be written
+/// alone.
+async fn write(pool: &PgPool, ops: &[Op]) -> Result<(BatchWritten, Vec<bool>)> {
+    let mut tx = super::begin_hot(pool).await?;
+    let calls: Vec<(Uuid, Uuid)> = ops.iter().map(Op::call).collect();
+    let failing: Vec<Uuid> = ops
+        .iter()
+        .filter(|op| op.kind() == Report::Fail)
+        .map(|op| op.call().0)
+        .collect();
+    let skip_busy = ops.len() > 1;
+    let busy = lock_lease_rows(&mut tx, &calls, &failing, skip_busy).await?;
+    // A call whose row another transaction holds is answered by a write of its own.
+    let deferred: Vec<bool> = ops.iter().map(|op| busy.contains(&op.call().0)).collect();
     let mut heartbeats = Vec::new();
     let mut completes = Vec::new();
     let mut fails = Vec::new();
-    for op in ops {
+    for (op, _) in ops.iter().zip(&deferred).filter(|(_, d)| !**d) {
         match op {
             Op::Heartbeat(h, _) => heartbeats.push(h.clone()),
             Op::Complete(c, _) => completes.push(c.clone()),
             Op::Fail(f, _) => fails.push(f.clone()),
         }
     }
-    let mut tx = super::begin_hot(pool).await?;
     let mut w = BatchWritten::default();
     if !heartbeats.is_empty() {
         w.heartbeats = heartbeat_in(&mut tx, &heartbeats).await?;
@@ -171,11 +185,11 @@ async fn write(pool: &PgPool, ops: &[Op]) -> Result<BatchWritten> {
         w.fails = fail_in(&mut tx, &fails).await?;
     }
     tx.commit().await.map_err(map_db_error)?;
-    Ok(w)
+    Ok((w, deferred))
 }
 
 async fn run_batch(pool: &PgPool, ops: Vec<Op>) {
-    let written = match write(pool, &ops).await {
+    let (written, deferred) = match write(pool, &ops).await {
         Ok(w) => w,
         Err(e) if ops.len() == 1 => {
             if let Some(op) = ops.into_iter().next() {
@@ -198,7 +212,9 @@ async fn run_batch(pool: &PgPool, ops: Vec<Op>) {
         (Report::Complete, written.completes),
         (Report::Fail, written.fails),
     ] {
-        let positions: Vec<usize> = (0..ops.len()).filter(|&k| ops[k].kind() == kind).collect();
+        let positions: Vec<usize> = (0..ops.len())
+            .filter(|&k| ops[k].kind() == kind && !deferred[k])
+            .collect();
         if positions.is_empty() {
             continue;
         }
@@ -212,11 +228,26 @@ async fn run_batch(pool: &PgPool, ops: Vec<Op>) {
             Err(e) => tracing::warn!(error = %e, "could not explain missed compare-and-swaps"),
         }
     }
-    for (op, answer) in ops.into_iter().zip(answers) {
+    let mut alone = Vec::new();
+    for ((op, answer), deferred) in ops.into_iter().zip(answers).zip(deferred) {
+        if deferred {
+            alone.push(op);
+            continue;
+        }
         // Written, but why a compare-and-swap missed could not be read back: unavailable.
         let answer = answer.unwrap_or_else(|| Err(Error::Db(sqlx::Error::PoolClosed)));
         reply(op, answer);
     }
+    // Each waits for its row without holding up this committer.
+    for op in alone {
+        tokio::spawn(run_alone(pool.clone(), op));
+    }
+}
+
+/// One call in a transaction of its own (its type named, since it is spawned from the batch
+/// it left).
+fn run_alone(pool: PgPool, op: Op) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(async move { run_batch(&pool, vec![op]).await })
 }
 
 impl Op {

@@ -95,9 +95,9 @@ pub struct Backfill {
 
 /// Materialise the schedule's windows in `[from, to)` (`source = backfill`), idempotently and
 /// under the task's (or the request's) overlap policy; with [`Reprocess::Failed`], existing
-/// windows that did not succeed get an operator retry. The task row is locked for the
-/// duration, so concurrent backfills and the trigger loop take turns and every window is
-/// inserted once.
+/// windows that did not succeed get an operator retry. Concurrent backfills of the task take
+/// turns (an advisory lock) and come after a trigger pass holding its cursor, so every window
+/// is inserted once.
 pub async fn backfill(
     pool: &PgPool,
     task_id: &str,
@@ -110,8 +110,18 @@ pub async fn backfill(
     let (from, to, dry_run, max_windows) = (req.from, req.to, req.dry_run, req.max_windows);
 
     let mut tx = pool.begin().await.map_err(map_db_error)?;
+    // Backfills of one task take turns on an advisory lock, not on the task row: a backfill
+    // may cancel RUNNING instances (overlap `replace`), and holding the task row for update
+    // before them would invert the lock order of the reaper and the group commit, which lock
+    // instance rows before their tasks' rows. `for key share` still waits for a delete or a
+    // change of the task.
+    sqlx::query("select pg_advisory_xact_lock(hashtext('kairos:backfill:' || $1))")
+        .bind(task_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_db_error)?;
     let spec: Option<Json<Value>> =
-        sqlx::query_scalar("select spec from tasks where id = $1 for update")
+        sqlx::query_scalar("select spec from tasks where id = $1 for key share")
             .bind(task_id)
             .fetch_optional(&mut *tx)
             .await

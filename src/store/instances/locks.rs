@@ -1,0 +1,75 @@
+//! The first step of a group commit: the lease holders' rows and their tasks' rows locked in
+//! the order of `store::instances` (instance rows in id order, then task rows in id order), so
+//! the statements that follow only take locks the transaction already holds.
+
+use std::collections::HashSet;
+
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use crate::store::{RUNNING_BY_ID, Result, map_db_error};
+
+/// Lock the RUNNING rows of `calls` (instance id, lease token) in id order, then the task rows
+/// the writes will update (those of `failing` instances, whose failure counts grow, and those
+/// with failures to reset on a success), in id order. With `skip_busy`, rows another
+/// transaction holds are left out instead of waited for: the caller writes them in a
+/// transaction of their own, so one blocked call never holds up a batch of unrelated ones.
+/// Returns the ids of the instances skipped: RUNNING under the call's token, but held by
+/// another transaction. (A call whose row is not RUNNING under its token stays in the batch:
+/// its compare-and-swap misses and it is answered as before.)
+pub(in crate::store) async fn lock_lease_rows(
+    conn: &mut PgConnection,
+    calls: &[(Uuid, Uuid)],
+    failing: &[Uuid],
+    skip_busy: bool,
+) -> Result<HashSet<Uuid>> {
+    let ids: Vec<Uuid> = calls.iter().map(|c| c.0).collect();
+    let tokens: Vec<Uuid> = calls.iter().map(|c| c.1).collect();
+    let rows: Vec<(Uuid, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select i.id, i.task_id \
+         from unnest($1::uuid[], $2::uuid[]) as f(id, token) \
+         join task_instance i on i.id = f.id and {RUNNING_BY_ID} and i.lease_token = f.token \
+         order by i.id \
+         for update of i{}",
+        if skip_busy { " skip locked" } else { "" }
+    )))
+    .bind(&ids)
+    .bind(&tokens)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    let mut tasks: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+    tasks.sort_unstable();
+    tasks.dedup();
+    let failing_tasks: Vec<&str> = rows
+        .iter()
+        .filter(|r| failing.contains(&r.0))
+        .map(|r| r.1.as_str())
+        .collect();
+    if !tasks.is_empty() {
+        sqlx::query(
+            "select id from tasks where id = any($1) \
+                 and (id = any($2) or consecutive_failures <> 0) \
+             order by id for no key update",
+        )
+        .bind(&tasks)
+        .bind(&failing_tasks)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_db_error)?;
+    }
+    let locked: HashSet<Uuid> = rows.into_iter().map(|r| r.0).collect();
+    if !skip_busy || locked.len() == calls.len() {
+        return Ok(HashSet::new());
+    }
+    let busy: Vec<Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "select i.id from unnest($1::uuid[], $2::uuid[]) as f(id, token) \
+         join task_instance i on i.id = f.id and {RUNNING_BY_ID} and i.lease_token = f.token"
+    )))
+    .bind(&ids)
+    .bind(&tokens)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    Ok(busy.into_iter().filter(|id| !locked.contains(id)).collect())
+}
