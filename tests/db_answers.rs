@@ -268,3 +268,184 @@ async fn leases_that_expired_without_an_outage_are_reaped(pool: PgPool) {
         "{report:?}"
     );
 }
+
+#[sqlx::test]
+async fn a_lost_listen_connection_wakes_waiting_claims(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    manual_task(&app, "quiet", "la").await;
+    let waiting = {
+        let (client, url) = (app.client.clone(), app.url("/v1/claims"));
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let resp = client
+                .post(url)
+                .json(&json!({"agent_id": "la", "worker_id": "w", "wait_seconds": 20}))
+                .send()
+                .await
+                .expect("claim");
+            (started.elapsed(), json(resp).await)
+        })
+    };
+    // The long poll is asleep, with no work and so no relook due.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Work appears without a notification (as one sent while the connection is gone would be
+    // lost), and the LISTEN connection is cut.
+    backlog(&pool, "quiet", "la", 1, 1, 2).await;
+    let cut: i64 = sqlx::query_scalar(
+        "select count(pg_terminate_backend(pid)) from pg_stat_activity \
+         where datname = current_database() and query ilike 'listen%'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("terminate");
+    assert_eq!(cut, 1, "the work signal's LISTEN connection");
+    let (waited, (status, body)) = waiting.await.expect("join");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["instances"].as_array().map(Vec::len),
+        Some(1),
+        "{body}"
+    );
+    assert!(
+        waited < Duration::from_secs(5),
+        "woken when the connection was lost, not at the deadline: {waited:?}"
+    );
+}
+
+/// A TCP relay between kairos and PostgreSQL that can be cut: open connections are closed and
+/// new ones refused until it is restored, as a database that went away would do.
+struct Relay {
+    addr: std::net::SocketAddr,
+    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    cuts: tokio::sync::watch::Sender<u64>,
+}
+
+impl Relay {
+    async fn start(target: std::net::SocketAddr) -> Relay {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let (cuts, _) = tokio::sync::watch::channel(0u64);
+        let (flag, watch) = (up.clone(), cuts.clone());
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !flag.load(Ordering::SeqCst) {
+                    continue; // dropped: the connection is refused
+                }
+                let mut cut = watch.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut.changed() => {}
+                    }
+                });
+            }
+        });
+        Relay { addr, up, cuts }
+    }
+
+    fn cut(&self) {
+        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.cuts.send_modify(|n| *n += 1);
+    }
+
+    fn restore(&self) {
+        self.up.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[sqlx::test]
+async fn while_the_database_is_unreachable_calls_answer_503_within_seconds_and_recover(
+    pool: PgPool,
+) {
+    let direct = pool.connect_options();
+    let target: std::net::SocketAddr = format!("{}:{}", direct.get_host(), direct.get_port())
+        .parse()
+        .expect("database address");
+    let relay = Relay::start(target).await;
+    let via_relay = direct
+        .as_ref()
+        .clone()
+        .host("127.0.0.1")
+        .port(relay.addr.port());
+    let health = kairos::store::health::DbHealth::default();
+    let settings = kairos::store::DbSettings {
+        acquire_timeout: Duration::from_secs(2),
+        ..Default::default()
+    };
+    let url = format!(
+        "postgres://{}:kairos@127.0.0.1:{}/{}",
+        via_relay.get_username(),
+        relay.addr.port(),
+        via_relay.get_database().unwrap_or("postgres")
+    );
+    let app_pool = kairos::store::connect(&url, 8, &settings, health.clone())
+        .await
+        .expect("pool");
+    let mut opts = kairos::app::Options::api_only("cut");
+    opts.database_unavailable_answer = Duration::from_secs(2);
+    let app = TestApp::spawn_pools(
+        pool.clone(),
+        kairos::app::Pools {
+            api: app_pool.clone(),
+            loops: app_pool,
+            health,
+        },
+        opts,
+    )
+    .await;
+    manual_task(&app, "cut", "xa").await;
+    relay.cut();
+    // Once the watch has seen it (a probe a second), every call answers 503 at once.
+    common::eventually(
+        Duration::from_secs(10),
+        "/readyz to name the database",
+        || async {
+            let (status, body) = json(app.get("/readyz").await).await;
+            let seen = body["problems"]
+                .to_string()
+                .contains("database unreachable for");
+            (status == 503 && body["database"] == "unreachable" && seen).then_some(())
+        },
+    )
+    .await;
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        let resp = app
+            .post(
+                "/v1/claims",
+                json!({"agent_id": "xa", "worker_id": "w", "wait_seconds": 5}),
+            )
+            .await;
+        assert_eq!(resp.status().as_u16(), 503);
+        assert!(resp.headers().contains_key("retry-after"));
+        assert!(
+            started.elapsed() < Duration::from_millis(2500),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    relay.restore();
+    common::eventually(
+        Duration::from_secs(15),
+        "the database to be back",
+        || async {
+            let (status, _) = json(app.get("/readyz").await).await;
+            (status == 200).then_some(())
+        },
+    )
+    .await;
+    app.post("/v1/tasks/cut/trigger", json!({})).await;
+    assert_eq!(claim(&app, "xa", "w", 1, json!({})).await.len(), 1);
+    let outages: i64 = sqlx::query_scalar("select count(*) from db_unreachable")
+        .fetch_one(&pool)
+        .await
+        .expect("outages");
+    assert_eq!(outages, 1, "the outage is recorded once");
+}
