@@ -1,0 +1,578 @@
+//! Database faults against the real daemon: each test starts its own PostgreSQL cluster, runs
+//! `kairos serve` as a child process over it, drives agents over HTTP, and then breaks the
+//! database under it — a crash restart, a 30 s stop, a connection that silently stops answering —
+//! and checks, by reading the database directly, that nothing was lost, nothing ran twice,
+//! nothing was paused, and the daemon itself kept running.
+
+#[path = "faults/agent.rs"]
+mod agent;
+#[path = "faults/cluster.rs"]
+mod cluster;
+#[path = "faults/daemon.rs"]
+mod daemon;
+#[path = "faults/proxy.rs"]
+mod proxy;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent::{AgentConfig, Runs, Workers};
+use cluster::Cluster;
+use daemon::Kairos;
+use proxy::BlackHoleProxy;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+/// The test's own look at the database, straight to the cluster (never through a proxy).
+async fn connect(url: &str) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(url)
+        .await
+        .expect("connect to the test cluster")
+}
+
+fn client(timeout: Duration) -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .build()
+        .expect("http client")
+}
+
+/// Send until an answer with a status in `ok` comes, retrying errors and other statuses
+/// every 200 ms; panic after `deadline` with the last thing seen.
+async fn send_until(
+    client: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    body: &Value,
+    ok: &[u16],
+    deadline: Duration,
+) -> (u16, Value) {
+    let start = Instant::now();
+    loop {
+        let last = match client.request(method.clone(), url).json(body).send().await {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let text = resp.text().await.unwrap_or_default();
+                let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+                if ok.contains(&status) {
+                    return (status, v);
+                }
+                format!("{status}: {v}")
+            }
+            Err(e) => format!("{e}"),
+        };
+        assert!(
+            start.elapsed() < deadline,
+            "{method} {url}: no answer in {ok:?} within {deadline:?}; last: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Poll `check` every 100 ms until it gives `Some`; `None` after `deadline`.
+async fn within<T, F, Fut>(deadline: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return Some(v);
+        }
+        if start.elapsed() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn scalar(pool: &PgPool, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql)
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// A line per outage phase, with the time since the test began.
+fn phase(start: Instant, what: &str) {
+    eprintln!("[{:>6.1} s] {what}", start.elapsed().as_secs_f64());
+}
+
+const TASKS: usize = 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crash_restart_and_a_30s_stop_under_load_lose_nothing_and_pause_nothing() {
+    let t0 = Instant::now();
+    let pg = Cluster::start().await;
+    let mut kairos = Kairos::start(&pg.url(), pg.dir(), &[]).await;
+    let http = client(Duration::from_secs(10));
+    phase(t0, "cluster and kairos up");
+
+    // Every window of an outage must still run: a grace longer than the outage keeps them
+    // on time, `queue` keeps a window due behind an unfinished one, and catch-up `all` covers
+    // whatever would still count as missed.
+    for i in 0..TASKS {
+        let (status, body) = send_until(
+            &http,
+            reqwest::Method::PUT,
+            &kairos.url(&format!("/v1/tasks/fa-{i:02}")),
+            &json!({
+                "agent_id": "fa",
+                "trigger": {"type": "interval", "every_seconds": 1},
+                "execution": {"misfire_grace_seconds": 300, "catchup": "all",
+                              "overlap": "queue", "concurrency_limit": 1},
+            }),
+            &[201],
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let runs = Arc::new(Runs::default());
+    let workers = Workers::start(
+        &AgentConfig {
+            base: kairos.base.clone(),
+            agent_id: "fa".to_owned(),
+            max_instances: 10,
+            lease_seconds: 5,
+            wait_seconds: 1,
+            timeout: Duration::from_secs(3),
+        },
+        4,
+        &runs,
+    );
+    let pid = kairos.pid();
+
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    runs.assert_no_fatal();
+    phase(t0, "restart -m immediate");
+    pg.restart_immediate().await;
+    phase(t0, "PostgreSQL back after the crash");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    phase(t0, "stop -m fast: 30 s outage");
+    pg.stop_fast().await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    pg.start_again().await;
+    phase(t0, "PostgreSQL started again");
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    runs.assert_no_fatal();
+
+    // A new task, registered after all this, runs at once.
+    phase(t0, "a new manual task");
+    let (status, body) = send_until(
+        &http,
+        reqwest::Method::PUT,
+        &kairos.url("/v1/tasks/fa-new"),
+        &json!({"agent_id": "fa", "trigger": {"type": "manual"}}),
+        &[201],
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = send_until(
+        &http,
+        reqwest::Method::POST,
+        &kairos.url("/v1/tasks/fa-new/trigger"),
+        &json!({}),
+        &[201],
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let triggered = Instant::now();
+    let claimed = within(Duration::from_secs(5), || {
+        let runs = runs.clone();
+        async move { runs.first_run("fa-new") }
+    })
+    .await;
+    let claim_lag = claimed.map(|at| at.saturating_duration_since(triggered));
+    phase(t0, &format!("new task claimed after {claim_lag:?}"));
+
+    // Let the workers drain every window due until a moment ago, then stop them.
+    let pool = connect(&pg.url()).await;
+    let cutoff: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("select now() - interval '2 seconds'")
+            .fetch_one(&pool)
+            .await
+            .expect("database clock");
+    let undrained = |pool: PgPool| async move {
+        let n: i64 = sqlx::query_scalar(
+            "select count(*) from task_instance \
+             where task_id like 'fa-%' and scheduled_at <= $1 and status <> 'SUCCESS'",
+        )
+        .bind(cutoff)
+        .fetch_one(&pool)
+        .await
+        .expect("count undrained");
+        n
+    };
+    let drained = within(Duration::from_secs(60), || {
+        let pool = pool.clone();
+        async move { (undrained(pool).await == 0).then_some(()) }
+    })
+    .await
+    .is_some();
+    phase(t0, &format!("drained: {drained}; stopping the workers"));
+    workers.stop(Duration::from_secs(20)).await;
+    let seen = runs.snapshot();
+
+    // Windows: from each task's first window to its last, one row per second, each once.
+    let per_task: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(
+        "select task_id, count(*), count(distinct window_key), \
+             extract(epoch from max(scheduled_at) - min(scheduled_at))::bigint + 1, \
+             count(*) filter (where window_key <> \
+                 to_char(scheduled_at at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')) \
+         from task_instance where task_id like 'fa-__' group by task_id order by task_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("windows per task");
+    let windows: i64 = per_task.iter().map(|r| r.1).sum();
+    let lost: i64 = per_task.iter().map(|r| r.3 - r.1).sum();
+    let duplicate_keys: i64 = per_task.iter().map(|r| r.1 - r.2).sum();
+    let misspelled: i64 = per_task.iter().map(|r| r.4).sum();
+    let fewest = per_task.iter().map(|r| r.1).min().unwrap_or(0);
+    let statuses: Vec<(String, String, i64)> = sqlx::query_as(
+        "select status, source, count(*) from task_instance where task_id like 'fa-%' \
+         group by 1, 2 order by 1, 2",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("statuses");
+    let skipped = scalar(
+        &pool,
+        "select count(*) from task_instance where task_id like 'fa-%' and status = 'SKIPPED'",
+    )
+    .await;
+    let not_drained = undrained(pool.clone()).await;
+    let success = scalar(
+        &pool,
+        "select count(*) from task_instance where task_id like 'fa-%' and status = 'SUCCESS'",
+    )
+    .await;
+    // The breaker and pauses.
+    let paused = scalar(
+        &pool,
+        "select count(*) from tasks where paused or consecutive_failures > 0",
+    )
+    .await;
+    // Attempts spent: by the reaper (lease_expired, timeout) or anything else.
+    let spent = scalar(
+        &pool,
+        "select count(*) from task_instance where task_id like 'fa-%' \
+         and (attempt > 1 or status in ('FAILED', 'DEAD') or error_kind is not null)",
+    )
+    .await;
+    let failure_events = scalar(
+        &pool,
+        "select count(*) from instance_events e join task_instance i on i.id = e.instance_id \
+         where i.task_id like 'fa-%' and e.to_status in ('FAILED', 'DEAD')",
+    )
+    .await;
+    let error_kinds: Vec<(Option<String>, i64)> = sqlx::query_as(
+        "select error_kind, count(*) from task_instance where task_id like 'fa-%' \
+         and (attempt > 1 or error_kind is not null) group by 1 order by 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("error kinds");
+    let twice = seen.twice();
+    let exited = kairos.exited();
+
+    eprintln!("---- counts ----");
+    eprintln!(
+        "tasks {} (fewest windows {fewest}); windows {windows}; lost {lost}; duplicate keys \
+         {duplicate_keys}; misspelled keys {misspelled}; skipped {skipped}; SUCCESS {success}; \
+         not drained by the cutoff {not_drained}",
+        per_task.len()
+    );
+    eprintln!("statuses (status, source, count): {statuses:?}");
+    eprintln!(
+        "worker runs {} over {} (task, window); run twice {}; received with attempt > 1 {}; \
+         completions refused 409 {}; claims answered {}; completions answered {}",
+        seen.total_runs(),
+        seen.runs.len(),
+        twice.len(),
+        seen.retried.len(),
+        seen.lost_leases.len(),
+        seen.claims_ok,
+        seen.completions_ok
+    );
+    let mut retries: Vec<_> = seen.retries.iter().collect();
+    retries.sort();
+    eprintln!("retried calls: {retries:?}");
+    eprintln!(
+        "paused or failing tasks {paused}; instances with an attempt spent {spent}; \
+         FAILED/DEAD events {failure_events}; error kinds {error_kinds:?}"
+    );
+    eprintln!("new task claimed after {claim_lag:?}; kairos pid {pid}, exited: {exited:?}");
+    kairos.print_problems(12);
+
+    assert!(seen.fatal.is_empty(), "a worker stopped: {:?}", seen.fatal);
+    assert_eq!(per_task.len(), TASKS, "every task has windows");
+    assert!(
+        fewest >= 50,
+        "each task saw ~60 s of windows, fewest {fewest}"
+    );
+    assert_eq!(misspelled, 0, "window keys are the RFC 3339 instant");
+    assert_eq!(lost, 0, "windows missing between a task's first and last");
+    assert_eq!(duplicate_keys, 0);
+    assert_eq!(skipped, 0, "windows recorded SKIPPED instead of run");
+    assert!(
+        twice.is_empty(),
+        "(task, window) run twice by the workers: {} e.g. {:?}; lost leases {:?}",
+        twice.len(),
+        twice.iter().take(5).collect::<Vec<_>>(),
+        seen.lost_leases.iter().take(5).collect::<Vec<_>>()
+    );
+    assert!(
+        seen.retried.is_empty(),
+        "instances re-run after a lost lease: {:?}",
+        seen.retried.iter().take(5).collect::<Vec<_>>()
+    );
+    assert!(seen.lost_leases.is_empty(), "{:?}", seen.lost_leases);
+    assert_eq!(paused, 0, "tasks paused or counting failures");
+    assert_eq!(
+        spent, 0,
+        "instances that spent an attempt (error kinds {error_kinds:?})"
+    );
+    assert_eq!(failure_events, 0, "FAILED/DEAD transitions");
+    assert!(
+        drained,
+        "{not_drained} windows due before the cutoff not SUCCESS"
+    );
+    assert!(
+        claim_lag.is_some(),
+        "a task triggered after the outages was not claimed within 5 s"
+    );
+    assert_eq!(exited, None, "kairos (pid {pid}) exited");
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_black_holed_connection_is_given_up_within_the_configured_timeouts() {
+    let t0 = Instant::now();
+    let pg = Cluster::start().await;
+    let proxy = BlackHoleProxy::start(pg.port()).await;
+    // Short bounds: an answer within 1 s, a statement or lock given up within seconds, a loop
+    // pass stuck on a silent connection abandoned after 5 s.
+    let mut kairos = Kairos::start(
+        &pg.url_at(proxy.port()),
+        pg.dir(),
+        &[
+            ("KAIROS_DATABASE_UNAVAILABLE_ANSWER_MS", "1000"),
+            ("KAIROS_DB_STATEMENT_TIMEOUT_MS", "3000"),
+            ("KAIROS_DB_LOCK_TIMEOUT_MS", "2000"),
+            ("KAIROS_DB_KEEPALIVE_SECONDS", "1"),
+            ("KAIROS_LOOP_PASS_TIMEOUT_MS", "5000"),
+        ],
+    )
+    .await;
+    let http = client(Duration::from_secs(3));
+    let pool = connect(&pg.url()).await;
+    phase(t0, "cluster, proxy and kairos up");
+
+    let (status, body) = send_until(
+        &http,
+        reqwest::Method::PUT,
+        &kairos.url("/v1/tasks/bh-tick"),
+        &json!({"agent_id": "bh", "trigger": {"type": "interval", "every_seconds": 1}}),
+        &[201],
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let runs = Arc::new(Runs::default());
+    let workers = Workers::start(
+        &AgentConfig {
+            base: kairos.base.clone(),
+            agent_id: "bh".to_owned(),
+            max_instances: 10,
+            lease_seconds: 5,
+            wait_seconds: 1,
+            timeout: Duration::from_secs(3),
+        },
+        1,
+        &runs,
+    );
+    let warm = within(Duration::from_secs(20), || {
+        let runs = runs.clone();
+        async move { (runs.snapshot().runs.len() >= 3).then_some(()) }
+    })
+    .await;
+    runs.assert_no_fatal();
+    assert!(
+        warm.is_some(),
+        "the worker ran no 3 windows before the fault"
+    );
+
+    phase(t0, "black hole: every existing connection stops answering");
+    proxy.black_hole();
+    let flipped = Instant::now();
+    let bound = Duration::from_secs(30);
+
+    // (a) A task registered now gets its first window created and claimed.
+    let (status, body) = send_until(
+        &http,
+        reqwest::Method::PUT,
+        &kairos.url("/v1/tasks/bh-new"),
+        &json!({"agent_id": "bh", "trigger": {"type": "interval", "every_seconds": 1}}),
+        &[201],
+        bound,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let registered = flipped.elapsed();
+    phase(
+        t0,
+        &format!("bh-new registered {registered:?} after the flip"),
+    );
+    let created = within(bound.saturating_sub(flipped.elapsed()), || {
+        let pool = pool.clone();
+        async move {
+            let n: i64 =
+                sqlx::query_scalar("select count(*) from task_instance where task_id = 'bh-new'")
+                    .fetch_one(&pool)
+                    .await
+                    .ok()?;
+            (n > 0).then(|| flipped.elapsed())
+        }
+    })
+    .await;
+    let claimed = within(bound.saturating_sub(flipped.elapsed()), || {
+        let runs = runs.clone();
+        async move {
+            runs.first_run("bh-new")
+                .map(|at| at.saturating_duration_since(flipped))
+        }
+    })
+    .await;
+    phase(
+        t0,
+        &format!("first window created {created:?}, claimed {claimed:?} after the flip"),
+    );
+
+    // (b) Readiness recovers.
+    let ready = within(bound.saturating_sub(flipped.elapsed()), || {
+        let kairos = &kairos;
+        let http = &http;
+        async move { (kairos.readyz(http).await == Some(200)).then(|| flipped.elapsed()) }
+    })
+    .await;
+    phase(t0, &format!("/readyz 200 {ready:?} after the flip"));
+    workers.stop(Duration::from_secs(20)).await;
+    let exited = kairos.exited();
+    let seen = runs.snapshot();
+    let mut retries: Vec<_> = seen.retries.iter().collect();
+    retries.sort();
+    eprintln!(
+        "recovery: registered {registered:?}, window created {created:?}, claimed {claimed:?}, \
+         ready {ready:?}; worker retries {retries:?}; kairos exited: {exited:?}"
+    );
+    kairos.print_problems(12);
+
+    assert!(seen.fatal.is_empty(), "a worker stopped: {:?}", seen.fatal);
+    assert!(
+        created.is_some(),
+        "no window of a task registered after the black hole within {bound:?}"
+    );
+    assert!(
+        claimed.is_some(),
+        "no instance of a task registered after the black hole claimed within {bound:?}"
+    );
+    assert!(ready.is_some(), "/readyz not 200 within {bound:?}");
+    assert_eq!(exited, None, "kairos exited");
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn long_polls_wake_within_3s_after_the_database_returns() {
+    let t0 = Instant::now();
+    let pg = Cluster::start().await;
+    let kairos = Kairos::start(&pg.url(), pg.dir(), &[]).await;
+    let http = client(Duration::from_secs(3));
+    let (status, body) = send_until(
+        &http,
+        reqwest::Method::PUT,
+        &kairos.url("/v1/tasks/lp-manual"),
+        &json!({"agent_id": "lp", "trigger": {"type": "manual"}}),
+        &[201],
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+
+    phase(t0, "stop -m fast: 10 s outage");
+    pg.stop_fast().await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    pg.start_again().await;
+    phase(t0, "PostgreSQL started again");
+    let ready = within(Duration::from_secs(30), || {
+        let kairos = &kairos;
+        let http = &http;
+        async move { (kairos.readyz(http).await == Some(200)).then_some(()) }
+    })
+    .await;
+    assert!(
+        ready.is_some(),
+        "/readyz not 200 within 30 s of the restart"
+    );
+    phase(t0, "kairos ready again");
+
+    // One agent waits in a long poll (re-asking whenever a poll ends empty or fails).
+    let base = kairos.base.clone();
+    let poller = tokio::spawn(async move {
+        let http = client(Duration::from_secs(30));
+        loop {
+            let answer = http
+                .post(format!("{base}/v1/claims"))
+                .json(
+                    &json!({"agent_id": "lp", "worker_id": "lp-w", "max_instances": 1,
+                              "wait_seconds": 20, "lease_seconds": 30}),
+                )
+                .send()
+                .await;
+            if let Ok(resp) = answer
+                && resp.status().as_u16() == 200
+                && let Ok(v) = resp.json::<Value>().await
+                && v["instances"].as_array().is_some_and(|a| !a.is_empty())
+            {
+                return Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    // Deliberate: let the poll settle into its wait before the work appears.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (status, body) = send_until(
+        &http,
+        reqwest::Method::POST,
+        &kairos.url("/v1/tasks/lp-manual/trigger"),
+        &json!({}),
+        &[201],
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let triggered = Instant::now();
+    let got = tokio::time::timeout(Duration::from_secs(25), poller).await;
+    let lag = match got {
+        Ok(Ok(at)) => Some(at.saturating_duration_since(triggered)),
+        _ => None,
+    };
+    phase(
+        t0,
+        &format!("the waiting long poll got the instance after {lag:?}"),
+    );
+    kairos.print_problems(12);
+    let lag = lag.expect("the waiting long poll never got the manual run (25 s)");
+    assert!(
+        lag < Duration::from_secs(3),
+        "the waiting long poll got the manual run {lag:?} after it was created"
+    );
+}
