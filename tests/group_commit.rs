@@ -337,3 +337,48 @@ async fn a_repeated_report_under_the_same_lease_is_answered_as_the_first_was(poo
             .expect("events");
     assert_eq!(failed_attempts, 1, "the repeated fail wrote nothing");
 }
+
+#[sqlx::test]
+async fn one_blocked_heartbeat_does_not_hold_up_the_batch_it_shares(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let claimed = claimed_of(&app, &pool, "busy", 4).await;
+    let gc = GroupCommit::start(pool.clone(), 1, 1000);
+    // The first call waits for its row; the next three are queued behind it, one batch.
+    let (blocked_tx, first) = block_committer(&pool, &gc, claimed[0]).await;
+    let beats: Vec<_> = claimed[1..]
+        .iter()
+        .map(|&(id, token)| {
+            let gc = gc.clone();
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                let r = gc
+                    .heartbeat(LeaseExtension {
+                        id,
+                        lease_token: token,
+                        lease_seconds: 60,
+                    })
+                    .await;
+                (started.elapsed(), r.is_ok())
+            })
+        })
+        .collect();
+    // Another blocked call in the same batch as the three: hold a second row, heartbeat it too.
+    let mut second = pool.begin().await.expect("begin");
+    sqlx::query("select 1 from task_instance where id = $1 for update")
+        .bind(claimed[1].0)
+        .execute(&mut *second)
+        .await
+        .expect("lock");
+    // Release the committer's first wait; the batch of three meets the second lock.
+    blocked_tx.commit().await.expect("release");
+    first.await.expect("first call");
+    for (k, b) in beats.into_iter().enumerate().skip(1) {
+        let (waited, ok) = b.await.expect("join");
+        assert!(ok, "heartbeat {k}");
+        assert!(
+            waited < Duration::from_secs(5),
+            "an unrelated heartbeat waited {waited:?} for a row it does not touch"
+        );
+    }
+    second.commit().await.expect("release");
+}

@@ -148,20 +148,38 @@ struct BatchWritten {
     fails: Vec<Written>,
 }
 
-/// Write `ops` in one transaction. Its first step locks the calls' rows and their tasks in
-/// the store's lock order ([`lock_lease_rows`]); in a batch of several calls, rows another
-/// transaction holds are skipped, and those calls are returned (by position) to be written
-/// alone.
+/// Write `ops` in one transaction.
+///
+/// A batch with failures first locks the calls' rows and their tasks in the store's lock order
+/// ([`lock_lease_rows`]): a failure updates task rows in a statement of its own, after the
+/// completions' statement, and without the lock step it could hold a task row while it waits
+/// for an instance row the reaper holds. In a batch of several calls, rows another transaction
+/// holds are skipped there, and those calls are returned (by position) to be written alone.
+///
+/// A batch of heartbeats and completions only needs no lock step (it costs an extra locking
+/// pass over every row of a drain): each statement locks instance rows before task rows, and
+/// waits for an instance row holding no task row. A row another transaction holds is waited
+/// for at most [`SHARED_LOCK_WAIT_MS`](super::SHARED_LOCK_WAIT_MS) ms when the batch is shared; then
+/// the batch fails and each call is written alone, so one blocked call never holds up a batch
+/// of unrelated ones for long.
 async fn write(pool: &PgPool, ops: &[Op]) -> Result<(BatchWritten, Vec<bool>)> {
-    let mut tx = super::begin_hot(pool).await?;
-    let calls: Vec<(Uuid, Uuid)> = ops.iter().map(Op::call).collect();
     let failing: Vec<Uuid> = ops
         .iter()
         .filter(|op| op.kind() == Report::Fail)
         .map(|op| op.call().0)
         .collect();
-    let skip_busy = ops.len() > 1;
-    let busy = lock_lease_rows(&mut tx, &calls, &failing, skip_busy).await?;
+    let shared = ops.len() > 1;
+    let mut tx = if shared && failing.is_empty() {
+        super::begin_hot_shared(pool).await?
+    } else {
+        super::begin_hot(pool).await?
+    };
+    let calls: Vec<(Uuid, Uuid)> = ops.iter().map(Op::call).collect();
+    let busy = if failing.is_empty() {
+        std::collections::HashSet::new()
+    } else {
+        lock_lease_rows(&mut tx, &calls, &failing, shared).await?
+    };
     // A call whose row another transaction holds is answered by a write of its own.
     let deferred: Vec<bool> = ops.iter().map(|op| busy.contains(&op.call().0)).collect();
     let mut heartbeats = Vec::new();
@@ -198,9 +216,11 @@ async fn run_batch(pool: &PgPool, ops: Vec<Op>) {
             return;
         }
         Err(e) => {
+            // Each alone and side by side: a call that waits for its row (the shared batch gave
+            // up on a lock) holds up neither the others nor this committer.
             tracing::warn!(error = %e, calls = ops.len(), "a shared commit failed; retrying its calls one by one");
             for op in ops {
-                Box::pin(run_batch(pool, vec![op])).await;
+                tokio::spawn(run_alone(pool.clone(), op));
             }
             return;
         }

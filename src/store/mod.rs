@@ -60,6 +60,22 @@ pub async fn begin_hot(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx:
         .map_err(map_db_error)
 }
 
+/// Longest a shared group commit of completions and heartbeats waits for a row lock before it
+/// gives up and writes each call alone (milliseconds).
+pub const SHARED_LOCK_WAIT_MS: u64 = 200;
+
+/// [`begin_hot`] for a transaction shared by many callers: a lock wait longer than
+/// [`SHARED_LOCK_WAIT_MS`] fails it (SQLSTATE 55P03) instead of holding every caller.
+pub async fn begin_hot_shared(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+    pool.begin_with(BEGIN_HOT_SHARED)
+        .await
+        .map_err(map_db_error)
+}
+
+/// The `BEGIN` of [`begin_hot_shared`] (its lock timeout is [`SHARED_LOCK_WAIT_MS`]).
+const BEGIN_HOT_SHARED: &str = "begin; set local enable_seqscan = off; set local jit = off; \
+     set local lock_timeout = 200";
+
 /// Share-lock the trigger cursor of `task_id` in the caller's transaction, for a write that
 /// adds an unfinished instance outside the trigger loop (a manual trigger, an operator retry,
 /// a backfill). A trigger pass holding the cursor, in particular one staging the task's next
@@ -508,6 +524,11 @@ mod tests {
         assert_eq!(parse_work_payload("a b"), ("a b", 1));
         assert_eq!(parse_work_payload(" +5"), (" +5", 1));
         assert_eq!(parse_work_payload("*"), ("*", 1));
+    }
+
+    #[test]
+    fn a_shared_group_commit_waits_for_a_lock_as_long_as_documented() {
+        assert!(BEGIN_HOT_SHARED.ends_with(&format!("lock_timeout = {SHARED_LOCK_WAIT_MS}")));
     }
 
     #[test]
