@@ -188,12 +188,15 @@ def claim(
     max_instances: int,
     lease_seconds: Optional[int],
     wait_seconds: Optional[int],
+    claim_id: Optional[str] = None,
 ) -> Call[List[ClaimedInstance]]:
     body: Dict[str, Any] = {"agent_id": agent_id, "worker_id": worker_id, "max_instances": max_instances}
     if lease_seconds is not None:
         body["lease_seconds"] = lease_seconds
     if wait_seconds is not None:
         body["wait_seconds"] = wait_seconds
+    if claim_id is not None:
+        body["claim_id"] = claim_id
 
     def parse(r: httpx.Response) -> List[ClaimedInstance]:
         return [ClaimedInstance.from_json(i) for i in r.json()["instances"]]

@@ -250,10 +250,18 @@ class Client:
         max_instances: int = 1,
         lease_seconds: Optional[int] = None,
         wait_seconds: Optional[int] = None,
+        claim_id: Optional[str] = None,
     ) -> List[ClaimedInstance]:
         """Take up to ``max_instances`` (at most 100) PENDING instances of ``agent_id`` under
-        fresh leases, waiting up to ``wait_seconds`` for work (long poll); ``[]`` when none."""
-        return self._do(_api.claim(agent_id, worker_id, max_instances, lease_seconds, wait_seconds))
+        fresh leases, waiting up to ``wait_seconds`` for work (long poll); ``[]`` when none.
+
+        ``claim_id`` (1-128 characters without control characters, e.g. a UUID per claim) makes
+        the claim safe to send again: repeated unchanged with the same ``claim_id`` and
+        ``worker_id`` while this worker still holds some of what it took, it is answered with
+        those instances and the same lease tokens instead of taking more. Send a claim that
+        got no answer (a timeout, a broken connection, a 503) again with its ``claim_id``; use
+        a new one for the next claim."""
+        return self._do(_api.claim(agent_id, worker_id, max_instances, lease_seconds, wait_seconds, claim_id))
 
     def heartbeat(self, instance_id: str, lease_token: str, *, lease_seconds: Optional[int] = None) -> Instance:
         """Extend the lease; :class:`~kairos_agent.errors.Stale` when it is lost."""
@@ -445,8 +453,11 @@ class AsyncClient:
         max_instances: int = 1,
         lease_seconds: Optional[int] = None,
         wait_seconds: Optional[int] = None,
+        claim_id: Optional[str] = None,
     ) -> List[ClaimedInstance]:
-        return await self._do(_api.claim(agent_id, worker_id, max_instances, lease_seconds, wait_seconds))
+        return await self._do(
+            _api.claim(agent_id, worker_id, max_instances, lease_seconds, wait_seconds, claim_id)
+        )
 
     async def heartbeat(
         self, instance_id: str, lease_token: str, *, lease_seconds: Optional[int] = None

@@ -17,6 +17,11 @@ The rules it keeps:
   drops the handler's result, and is logged and counted in :attr:`Worker.stats`; it is never
   raised. The fence on the server already refused the stale report; the worker just stops
   trying.
+* A request that got no answer (a timeout, a cut or refused connection) or a 503/429 may have
+  been done all the same, and is sent again unchanged: a claim with its ``claim_id`` (a fresh
+  UUID per claim; sent again it is answered with the instances it took, under the same lease
+  tokens), a report under the same lease token (answered as the first was), after the
+  server's ``Retry-After`` or a backoff; reports until their lease would have expired.
 * Shutdown: stop claiming at once, let running handlers finish for up to ``shutdown_grace``
   seconds (their results are still reported), then give the rest up: each is failed with
   ``retryable: true, retry_at_once: true`` so another worker can take it at once instead of
@@ -37,6 +42,7 @@ import secrets
 import signal
 import socket
 import threading
+import uuid
 from collections import deque
 from dataclasses import dataclass
 from functools import partial
@@ -122,14 +128,23 @@ class WorkerStats:
 class _Job:
     """One claimed instance from claim to acknowledged report."""
 
-    __slots__ = ("instance", "next_beat", "beating", "future", "given_up", "reported")
+    __slots__ = ("instance", "next_beat", "lease_until", "beating", "beats_ended", "future", "given_up",
+                 "reporting", "reported")
 
-    def __init__(self, instance: ClaimedInstance, next_beat: float) -> None:
+    def __init__(self, instance: ClaimedInstance, next_beat: float, lease_until: float) -> None:
         self.instance = instance
         self.next_beat = next_beat
+        #: When the lease would expire (loop time) unless extended: from the claim's answer,
+        #: then from each heartbeat the server accepted. Reports are retried until then.
+        self.lease_until = lease_until
         self.beating = False
+        #: A heartbeat answered 409 while the report was under way: the report may have been
+        #: recorded already (its answer lost); the report's own answer says which.
+        self.beats_ended = False
         self.future: Optional["asyncio.Future[Any]"] = None
         self.given_up = False
+        #: A report (completion or failure) has been sent at least once.
+        self.reporting = False
         self.reported = False
 
     def describe(self) -> str:
@@ -344,6 +359,8 @@ class Worker:
         self._more = asyncio.Event()
         self._beat_wake = asyncio.Event()
         self._flush_slots = asyncio.Semaphore(MAX_FLUSHES_IN_FLIGHT)
+        # By lease token: an instance whose lease this worker lost may be claimed by it again
+        # (a new attempt) while the old attempt's report is still being tried.
         self._jobs: Dict[str, _Job] = {}
         self._running = 0
         self._queue: Deque[_Completed] = deque()
@@ -435,7 +452,30 @@ class Worker:
 
     async def _claim_loop(self) -> None:
         failures = 0
+        # The claim being retried: a claim that got no usable answer (a timeout, a cut
+        # connection, a 503/429) may have taken instances on the server all the same. It is
+        # sent again unchanged, with the same claim_id, so those instances come back in the
+        # answer (same lease tokens) instead of waiting under leases no one holds.
+        pending: Optional[Dict[str, Any]] = None
         while not self._stopping.is_set():
+            if pending is not None:
+                try:
+                    claimed = await self._client.claim(self.agent_id, self.worker_id, **pending)
+                except (Unauthorized, Invalid, NotFound) as e:
+                    self._claims_refused(e)
+                    return
+                except KairosError as e:
+                    failures += 1
+                    self.stats.request_errors += 1
+                    await self._claim_pause(e, failures, pending["claim_id"])
+                    continue
+                failures = 0
+                pending = None
+                self.stats.claims += 1
+                # Their leases may be older than this answer: extend them at once.
+                for instance in claimed:
+                    self._start(instance, beat_now=True)
+                continue
             free = self.concurrency - self._running
             if free <= 0:
                 self._slot_freed.clear()
@@ -450,47 +490,57 @@ class Worker:
                 except asyncio.TimeoutError:
                     break
                 free = self.concurrency - self._running
+            if self._stopping.is_set():
+                break
+            request: Dict[str, Any] = {
+                "max_instances": min(free, _api.MAX_CLAIM),
+                "lease_seconds": self.lease_seconds,
+                "wait_seconds": self.wait_seconds,
+                "claim_id": str(uuid.uuid4()),
+            }
             try:
-                claimed = await self._client.claim(
-                    self.agent_id,
-                    self.worker_id,
-                    max_instances=min(free, _api.MAX_CLAIM),
-                    lease_seconds=self.lease_seconds,
-                    wait_seconds=self.wait_seconds,
-                )
-                failures = 0
-                self.stats.claims += 1
+                claimed = await self._client.claim(self.agent_id, self.worker_id, **request)
             except (Unauthorized, Invalid, NotFound) as e:
-                # The claims themselves are refused (token, agent id, lease bounds): retrying
-                # cannot help, so the worker stops and run() raises this.
-                log.error("worker %s: claims for agent %s refused: %s; stopping", self.worker_id, self.agent_id, e)
-                self._fatal = e
-                self._request_stop("claims refused")
+                self._claims_refused(e)
                 return
-            except Unavailable as e:
-                failures += 1
-                self.stats.request_errors += 1
-                pause = e.retry_after if e.retry_after is not None else _backoff(failures)
-                log.warning("worker %s: claim answered %d (%s); retrying in %.1fs", self.worker_id, e.status, e.detail, pause)
-                await self._sleep_unless_stopping(pause)
-                continue
             except KairosError as e:
                 failures += 1
                 self.stats.request_errors += 1
-                pause = _backoff(failures)
-                log.warning("worker %s: claim failed: %s; retrying in %.1fs", self.worker_id, e, pause)
-                await self._sleep_unless_stopping(pause)
+                pending = request
+                await self._claim_pause(e, failures, request["claim_id"])
                 continue
+            failures = 0
+            self.stats.claims += 1
             for instance in claimed:
                 self._start(instance)
 
-    def _start(self, instance: ClaimedInstance) -> None:
+    def _claims_refused(self, e: KairosError) -> None:
+        # The claims themselves are refused (token, agent id, lease bounds): retrying cannot
+        # help, so the worker stops and run() raises this.
+        log.error("worker %s: claims for agent %s refused: %s; stopping", self.worker_id, self.agent_id, e)
+        self._fatal = e
+        self._request_stop("claims refused")
+
+    async def _claim_pause(self, e: KairosError, failures: int, claim_id: str) -> None:
+        pause = _retry_pause(e, failures)
+        if isinstance(e, Unavailable):
+            log.warning("worker %s: claim %s answered %d (%s); sending it again in %.1fs",
+                        self.worker_id, claim_id, e.status, e.detail, pause)
+        else:
+            log.warning("worker %s: claim %s failed: %s; sending it again in %.1fs", self.worker_id, claim_id, e, pause)
+        await self._sleep_unless_stopping(pause)
+
+    def _start(self, instance: ClaimedInstance, beat_now: bool = False) -> None:
         loop = asyncio.get_running_loop()
-        job = _Job(instance, loop.time() + self._beat_every)
-        self._jobs[instance.id] = job
+        if instance.lease_token in self._jobs:
+            log.error("%s was answered twice; the second is ignored", self._jobs[instance.lease_token].describe())
+            return
+        now = loop.time()
+        job = _Job(instance, now if beat_now else now + self._beat_every, now + self.lease_seconds)
+        self._jobs[instance.lease_token] = job
         self._running += 1
         self.stats.claimed += 1
-        if len(self._jobs) == 1:
+        if len(self._jobs) == 1 or beat_now:
             self._beat_wake.set()
         if self._pool is not None:
             fut = self._pool.submit(self._handler, instance)
@@ -571,7 +621,7 @@ class Worker:
 
     def _finish(self, job: _Job) -> None:
         job.reported = True
-        self._jobs.pop(job.instance.id, None)
+        self._jobs.pop(job.instance.lease_token, None)
 
     def _spawn(self, coro: Awaitable[None], into: Optional[Set["asyncio.Future[None]"]] = None) -> None:
         tasks = self._reports if into is None else into
@@ -585,8 +635,7 @@ class Worker:
     async def _send_failure(self, job: _Job, error: str, retryable: bool, at_once: bool = False) -> None:
         i = job.instance
         failures = 0
-        loop = asyncio.get_running_loop()
-        give_up_at = loop.time() + self.lease_seconds
+        job.reporting = True
         try:
             while True:
                 try:
@@ -607,14 +656,17 @@ class Worker:
                               job.describe(), e)
                     return
                 except KairosError as e:
+                    # No answer, or 503/429: the failure may have been recorded all the same;
+                    # sent again under the same lease token it is answered as the first was.
                     failures += 1
                     self.stats.request_errors += 1
-                    if loop.time() >= give_up_at:
+                    pause = self._report_pause(e, failures, job.lease_until)
+                    if pause is None:
                         log.error("failure of %s not recorded after %d tries: %s; its lease will expire",
                                   job.describe(), failures, e)
                         return
-                    log.warning("failure report of %s failed: %s; retrying", job.describe(), e)
-                    await asyncio.sleep(_backoff(failures))
+                    log.warning("failure report of %s failed: %s; retrying in %.1fs", job.describe(), e, pause)
+                    await asyncio.sleep(pause)
                     continue
                 self.stats.failed += 1
                 log.info("%s recorded as %s (retryable %s, available at %s): %s",
@@ -666,6 +718,8 @@ class Worker:
         return items
 
     async def _flush(self, items: List[_Completed]) -> None:
+        for c in items:
+            c.job.reporting = True
         try:
             body = b'{"completions":[' + b",".join(c.encoded for c in items) + b"]}"
             results = await self._send_batch(items, body)
@@ -683,8 +737,6 @@ class Worker:
             self._flush_slots.release()
 
     async def _send_batch(self, items: List[_Completed], body: bytes) -> Optional[List[CompletionResult]]:
-        loop = asyncio.get_running_loop()
-        give_up_at = loop.time() + self.lease_seconds
         failures = 0
         while True:
             try:
@@ -703,31 +755,62 @@ class Worker:
                           len(items), e)
                 return None
             except KairosError as e:
+                # No answer, or 503/429: the batch may have been recorded all the same; sent
+                # again unchanged, each item already completed under its token is answered 200.
                 failures += 1
                 self.stats.request_errors += 1
-                if loop.time() >= give_up_at or (self._force.is_set() and failures > 3):
+                pause = self._report_pause(e, failures, max(c.job.lease_until for c in items))
+                if pause is None:
                     log.error("batch completion of %d not recorded after %d tries: %s; their leases will expire",
                               len(items), failures, e)
                     return None
-                log.warning("batch completion of %d failed: %s; retrying", len(items), e)
-                await asyncio.sleep(_backoff(failures))
+                log.warning("batch completion of %d failed: %s; retrying in %.1fs", len(items), e, pause)
+                await asyncio.sleep(pause)
 
     async def _complete_single(self, c: _Completed) -> None:
         i = c.job.instance
-        try:
-            inst = await self._client.complete(i.id, i.lease_token, c.result)
-            self._completion_outcome(c.job, CompletionResult(i.id, 200, inst))
-        except Stale as e:
-            self._completion_outcome(c.job, CompletionResult(i.id, 409, None, e.detail))
-        except NotFound as e:
-            self._completion_outcome(c.job, CompletionResult(i.id, 404, None, e.detail))
-        except (Invalid, TooLarge) as e:
-            log.warning("result of %s refused (%s); failing the attempt for good", c.job.describe(), e.detail)
-            c.job.reported = True
-            await self._send_failure(c.job, f"the result was refused: {e.detail}", retryable=False)
-        except KairosError as e:
-            self.stats.request_errors += 1
-            log.error("completion of %s not recorded: %s; its lease will expire", c.job.describe(), e)
+        c.job.reporting = True
+        failures = 0
+        while True:
+            try:
+                inst = await self._client.complete(i.id, i.lease_token, c.result)
+            except Stale as e:
+                self._completion_outcome(c.job, CompletionResult(i.id, 409, None, e.detail))
+            except NotFound as e:
+                self._completion_outcome(c.job, CompletionResult(i.id, 404, None, e.detail))
+            except (Invalid, TooLarge) as e:
+                log.warning("result of %s refused (%s); failing the attempt for good", c.job.describe(), e.detail)
+                c.job.reported = True
+                await self._send_failure(c.job, f"the result was refused: {e.detail}", retryable=False)
+            except Unauthorized as e:
+                self.stats.request_errors += 1
+                log.error("completion of %s refused: %s; its lease will expire and the reaper retries it",
+                          c.job.describe(), e)
+            except KairosError as e:
+                failures += 1
+                self.stats.request_errors += 1
+                pause = self._report_pause(e, failures, c.job.lease_until)
+                if pause is None:
+                    log.error("completion of %s not recorded after %d tries: %s; its lease will expire",
+                              c.job.describe(), failures, e)
+                    return
+                log.warning("completion of %s failed: %s; retrying in %.1fs", c.job.describe(), e, pause)
+                await asyncio.sleep(pause)
+                continue
+            else:
+                self._completion_outcome(c.job, CompletionResult(i.id, 200, inst))
+            return
+
+    def _report_pause(self, e: KairosError, failures: int, lease_until: float) -> Optional[float]:
+        """How long to wait before sending a report again after ``e`` (no answer, 503, 429,
+        another unexpected status), or None to give up: the lease would have expired by now
+        (heartbeats extend ``lease_until`` while they get through), or the shutdown's grace
+        is over and it failed a few times."""
+        now = asyncio.get_running_loop().time()
+        if now >= lease_until or (self._force.is_set() and failures > 3):
+            return None
+        # Not past the lease: the last try goes out as it would expire.
+        return min(_retry_pause(e, failures), max(0.01, lease_until - now))
 
     def _completion_outcome(self, job: _Job, r: CompletionResult) -> None:
         if r.status == 200:
@@ -754,7 +837,7 @@ class Worker:
             now = loop.time()
             nearest: Optional[float] = None
             for job in list(self._jobs.values()):
-                if job.beating or job.instance.lease_lost.is_set() or job.given_up:
+                if job.beating or job.beats_ended or job.instance.lease_lost.is_set() or job.given_up:
                     continue
                 if job.next_beat <= now:
                     job.beating = True
@@ -777,13 +860,20 @@ class Worker:
         try:
             if job.reported:
                 return
+            sent = loop.time()
             after = await self._client.heartbeat(i.id, i.lease_token, lease_seconds=self.lease_seconds)
             self.stats.heartbeats += 1
             i.lease_expires_at = after.lease_expires_at
+            job.lease_until = max(job.lease_until, sent + self.lease_seconds)
             job.next_beat = loop.time() + self._beat_every
         except Stale as e:
             if job.reported:
                 return  # the report landed first: the lease ended normally
+            if job.reporting:
+                # The report may have landed and its answer been lost; its retry tells.
+                job.beats_ended = True
+                log.debug("heartbeat of %s answered 409 while its report is under way", job.describe())
+                return
             self.stats.heartbeat_conflicts += 1
             self._lease_lost(job, f"heartbeat answered 409: {e.detail}")
             log.warning("lease of %s lost (heartbeat answered 409: %s); its result will be dropped",
@@ -844,6 +934,13 @@ class Worker:
         if left:
             log.error("worker %s: %d outcome(s) not reported within %.0fs; their leases will expire and the reaper "
                       "retries them", self.worker_id, left, REPORT_TIMEOUT)
+
+
+def _retry_pause(e: KairosError, failures: int) -> float:
+    """The server's ``Retry-After`` on a 503/429, else the backoff."""
+    if isinstance(e, Unavailable) and e.retry_after is not None:
+        return e.retry_after
+    return _backoff(failures)
 
 
 def _backoff(failures: int) -> float:

@@ -119,17 +119,63 @@ def test_agent_calls_claim_heartbeat_complete_fail(kairos: Kairos) -> None:
 
         done = agent.complete(a.id, a.lease_token, {"rows": 3})
         assert done.status == "SUCCESS" and done.result == {"rows": 3}
+        # Sent again under the same token (its answer lost): answered as the first was,
+        # nothing written twice.
+        again = agent.complete(a.id, a.lease_token, {"rows": 4})
+        assert again.status == "SUCCESS" and again.result == {"rows": 3}
         with pytest.raises(Stale) as stale:
-            agent.complete(a.id, a.lease_token, {"rows": 4})
-        assert stale.value.status == 409 and "stale lease" in stale.value.detail
+            agent.fail(a.id, a.lease_token, "the other outcome")
+        assert stale.value.status == 409
         with pytest.raises(Stale):
             agent.heartbeat(a.id, a.lease_token)
 
         failed = agent.fail(b.id, b.lease_token, "upstream answered 503")
         assert failed.status == "FAILED" and failed.error == "upstream answered 503"
         assert failed.error_kind == "agent"
+        assert agent.fail(b.id, b.lease_token, "upstream answered 503").status == "FAILED"
         dead = agent.fail(c.id, c.lease_token, "bad input", retryable=False)
         assert dead.status == "DEAD" and dead.finished_at is not None
+
+
+def test_a_claim_sent_again_with_its_claim_id_gets_the_same_instances_and_tokens(kairos: Kairos) -> None:
+    with kairos.client() as admin, kairos.client(kairos.agent_token) as agent:
+        admin.put_task(TaskSpec(id="cj", agent_id="agent_cid", trigger=manual(),
+                                execution={"concurrency_limit": 20}))
+        for _ in range(5):
+            admin.trigger("cj")
+        cid = str(uuid.uuid4())
+        first = agent.claim("agent_cid", "w", max_instances=3, lease_seconds=30, claim_id=cid)
+        again = agent.claim("agent_cid", "w", max_instances=3, lease_seconds=30, claim_id=cid)
+        assert len(first) == 3
+        assert [(i.id, i.lease_token) for i in again] == [(i.id, i.lease_token) for i in first]
+        assert all(i.status == "RUNNING" and i.attempt == 1 for i in again)
+        assert len(admin.list_instances(task_id="cj", status="PENDING").items) == 2  # nothing more taken
+
+        # Another claim_id, or the same one from another worker, is a new claim.
+        other = agent.claim("agent_cid", "w", max_instances=1, claim_id=str(uuid.uuid4()))
+        stranger = agent.claim("agent_cid", "w9", max_instances=1, claim_id=cid)
+        taken = {i.id for i in first}
+        assert len(other) == 1 and len(stranger) == 1
+        assert not taken & {other[0].id, stranger[0].id} and other[0].id != stranger[0].id
+
+        # Only what the claim still holds comes back; once it holds nothing, the id claims anew.
+        agent.complete(first[0].id, first[0].lease_token, None)
+        rest = agent.claim("agent_cid", "w", max_instances=3, claim_id=cid)
+        assert [(i.id, i.lease_token) for i in rest] == [(i.id, i.lease_token) for i in first[1:]]
+        for i in rest:
+            agent.fail(i.id, i.lease_token, "given up", retryable=False)
+        newer = admin.trigger("cj")
+        fresh = agent.claim("agent_cid", "w", max_instances=3, claim_id=cid)
+        assert [i.id for i in fresh] == [newer.id] and fresh[0].lease_token not in {i.lease_token for i in first}
+
+        with pytest.raises(Invalid) as invalid:
+            agent.claim("agent_cid", "w", claim_id="")
+        assert invalid.value.errors[0].field == "claim_id"
+        with pytest.raises(Invalid):
+            agent.claim("agent_cid", "w", claim_id="a\nb")
+        with pytest.raises(Invalid):
+            agent.claim("agent_cid", "w", claim_id="x" * 129)
+        assert agent.claim("agent_cid", "w", claim_id="é" * 128) == []
 
 
 def test_complete_many_answers_each_item_in_order(kairos: Kairos) -> None:
@@ -207,8 +253,10 @@ def test_async_client_speaks_the_same_api(kairos: Kairos) -> None:
             applied = await admin.apply([TaskSpec(id="a1", agent_id="agent_d", trigger=manual())])
             assert applied[0].outcome == "created"
             inst = await admin.trigger("a1", context={"k": "v"})
-            [claimed] = await agent.claim("agent_d", "aw", wait_seconds=1)
+            [claimed] = await agent.claim("agent_d", "aw", wait_seconds=1, claim_id="c-1")
             assert claimed.id == inst.id and claimed.context == {"k": "v"}
+            [repeated] = await agent.claim("agent_d", "aw", claim_id="c-1")
+            assert (repeated.id, repeated.lease_token) == (claimed.id, claimed.lease_token)
             await agent.heartbeat(claimed.id, claimed.lease_token)
             done = await agent.complete(claimed.id, claimed.lease_token, [1, 2, 3])
             assert done.result == [1, 2, 3]

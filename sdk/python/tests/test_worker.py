@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import signal
 import threading
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import httpx
 import pytest
 
 from conftest import Kairos, RunningWorker, agent_process, backlog, eventually, trigger_many
@@ -359,3 +362,145 @@ def test_results_that_cannot_be_stored_fail_the_attempt_for_good(kairos: Kairos)
     assert "not JSON" in (got["nan"].error or "")
     assert "refused" in (got["nul"].error or "")
     assert stats.succeeded == 1 and stats.failed == 3
+
+
+class LosingAnswers(httpx.AsyncBaseTransport):
+    """Sends every request on to kairos, then loses the answer of the first request of each kind
+    ``kind_of`` names: the server has done the work and answered, and the worker sees a timeout,
+    a reset connection, or a 503 in its place (as when a proxy or the network cuts it)."""
+
+    def __init__(self, kind_of: Callable[[httpx.Request, int, bytes], Optional[str]], lost_as: str) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self._kind_of = kind_of
+        self._lost_as = lost_as
+        self.lost: Dict[str, Tuple[Any, Any]] = {}  # kind -> (request body, lost answer body)
+        self.sent: List[Tuple[str, Any]] = []  # (path, request body), in order
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        try:
+            body = await response.aread()
+        finally:
+            await response.aclose()
+        sent = json.loads(request.content) if request.content else None
+        self.sent.append((request.url.path, sent))
+        kind = self._kind_of(request, response.status_code, body)
+        if kind is not None and kind not in self.lost:
+            self.lost[kind] = (sent, json.loads(body))
+            if self._lost_as == "timeout":
+                raise httpx.ReadTimeout("the answer was lost", request=request)
+            if self._lost_as == "reset":
+                raise httpx.ReadError("connection reset by peer", request=request)
+            return httpx.Response(503, headers={"Retry-After": "0"}, request=request,
+                                  json={"title": "Service Unavailable", "status": 503, "detail": "answer lost"})
+        headers = [(k, v) for k, v in response.headers.multi_items()
+                   if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
+        return httpx.Response(response.status_code, headers=headers, content=body, request=request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _lose_first_claim_with_instances(request: httpx.Request, status: int, body: bytes) -> Optional[str]:
+    if request.url.path == "/v1/claims" and status == 200 and json.loads(body)["instances"]:
+        return "claim"
+    return None
+
+
+@pytest.mark.parametrize("lost_as", ["timeout", "reset", "503"])
+def test_a_claim_whose_answer_is_lost_is_sent_again_with_its_claim_id_and_gets_those_instances(
+    kairos: Kairos, lost_as: str
+) -> None:
+    _task(kairos, "lost_claim", "lc_agent", max_retries=0)
+    backlog(kairos, "lost_claim", "lc_agent", 5)
+    transport = LosingAnswers(_lose_first_claim_with_instances, lost_as)
+    calls: Counter[Tuple[str, str]] = Counter()
+    lock = threading.Lock()
+
+    def handler(instance: ClaimedInstance) -> str:
+        with lock:
+            calls[(instance.id, instance.lease_token)] += 1
+        return "ok"
+
+    w = _worker(kairos, "lc_agent", "lcw", concurrency=8, transport=transport)
+    with RunningWorker(w, handler) as running:
+        eventually(lambda: kairos.statuses() == {"SUCCESS": 5}, "all 5 SUCCESS", timeout=30)
+        stats = running.stop()
+
+    lost_request, lost_answer = transport.lost["claim"]
+    lost = {(i["id"], i["lease_token"]) for i in lost_answer["instances"]}
+    assert len(lost) == 5
+    # The worker received exactly the instances of the lost answer, under its lease tokens, once each.
+    assert set(calls) == lost and set(calls.values()) == {1}
+    claims = [body for path, body in transport.sent if path == "/v1/claims"]
+    first = claims.index(lost_request)
+    assert claims[first + 1] == lost_request, "the claim was sent again unchanged"
+    assert str(uuid.UUID(lost_request["claim_id"], version=4)) == lost_request["claim_id"]
+    # Every other claim had its own claim_id.
+    ids = [c["claim_id"] for c in claims]
+    assert len(set(ids)) == len(ids) - 1
+    # Nothing was reaped, given back or run twice.
+    assert kairos.query("select status, attempt, worker_id, count(*) from task_instance group by 1, 2, 3") == [
+        ("SUCCESS", 1, "lcw", 5)
+    ]
+    with kairos.client() as c:
+        for instance_id, _ in lost:
+            # (backlog() inserts the rows, so no creating event.)
+            assert [e.to for e in c.get_instance(instance_id).events] == ["RUNNING", "SUCCESS"]
+    assert stats.claimed == 5 and stats.succeeded == 5 and stats.request_errors == 1
+    assert stats.lease_lost == 0 and stats.heartbeat_conflicts == 0
+
+
+def _lose_first_reports(request: httpx.Request, status: int, body: bytes) -> Optional[str]:
+    if status != 200:
+        return None
+    if request.url.path == "/v1/completions":
+        return "completions"
+    if request.url.path.endswith("/fail"):
+        return "fail"
+    if request.url.path.endswith("/complete"):
+        return "complete"
+    return None
+
+
+@pytest.mark.parametrize("lost_as", ["timeout", "503"])
+def test_reports_whose_answers_are_lost_are_sent_again_under_the_same_lease(kairos: Kairos, lost_as: str) -> None:
+    _task(kairos, "lost_reports", "lr_agent", max_retries=0)
+    with kairos.client() as c:
+        ids = {k: c.trigger("lost_reports", window_key=k).id for k in ("bad", "nul", "ok1", "ok2", "ok3")}
+
+    def handler(instance: ClaimedInstance) -> Any:
+        if instance.window_key == "bad":
+            raise Fatal("bad input")  # one failure report
+        if instance.window_key in ("ok1", "ok2"):
+            return {"window": instance.window_key}  # one batch of two
+        time.sleep(0.5)
+        if instance.window_key == "nul":
+            # The second batch, with ok3, is refused (PostgreSQL text cannot hold U+0000): it
+            # is then sent one completion at a time, and this one fails the attempt.
+            return {"text": "a\x00b"}
+        return {"window": instance.window_key}
+
+    transport = LosingAnswers(_lose_first_reports, lost_as)
+    w = _worker(kairos, "lr_agent", "lrw", concurrency=8, batch=2, linger=5, transport=transport)
+    with RunningWorker(w, handler) as running:
+        with kairos.client() as c:
+            eventually(lambda: all(c.get_instance(i).status in ("SUCCESS", "DEAD") for i in ids.values()),
+                       "all five settled", timeout=30)
+            got = {k: c.get_instance(i) for k, i in ids.items()}
+        stats = running.stop()
+
+    assert set(transport.lost) == {"completions", "complete", "fail"}
+    for kind, (lost_request, _) in transport.lost.items():
+        again = [body for path, body in transport.sent if body == lost_request]
+        assert len(again) >= 2, f"the {kind} report was not sent again"
+    assert got["bad"].status == "DEAD" and got["bad"].error == "bad input"
+    assert got["nul"].status == "DEAD" and "refused" in (got["nul"].error or "")
+    for k in ("ok1", "ok2", "ok3"):
+        assert got[k].status == "SUCCESS" and got[k].result == {"window": k}
+    for inst in got.values():
+        assert inst.attempt == 1 and [e.to for e in inst.events][-1] in ("SUCCESS", "DEAD")
+        assert len([e for e in inst.events if e.from_ == "RUNNING"]) == 1, inst.events
+    assert stats.succeeded == 3 and stats.failed == 2
+    assert stats.lease_lost == 0 and stats.complete_conflicts == 0 and stats.fail_conflicts == 0
+    assert stats.request_errors == len(transport.lost)
