@@ -1174,3 +1174,110 @@ async fn an_instance_listed_twice_in_a_batch_gets_each_item_tried_in_order(pool:
         assert_eq!(now["status"], "SUCCESS");
     }
 }
+
+/// `n` long polls of `agent`, the k-th sent `k * gap` after the call, each waiting up to
+/// `wait_s`: when each answered, and what it took.
+fn long_polls(
+    app: &TestApp,
+    agent: &str,
+    n: u32,
+    gap: Duration,
+    wait_s: u64,
+) -> tokio::task::JoinSet<(Instant, Vec<Value>)> {
+    let mut polls = tokio::task::JoinSet::new();
+    for k in 0..n {
+        let client = app.client.clone();
+        let url = app.url("/v1/claims");
+        let body = json!({"agent_id": agent, "worker_id": format!("w{k}"), "wait_seconds": wait_s});
+        polls.spawn(async move {
+            tokio::time::sleep(gap * k).await;
+            let (status, body) =
+                json(client.post(url).json(&body).send().await.expect("sent")).await;
+            assert_eq!(status, 200, "{body}");
+            let got = body["instances"].as_array().cloned().unwrap_or_default();
+            (Instant::now(), got)
+        });
+    }
+    polls
+}
+
+/// Claim rounds run so far (each is one claim transaction), from `/metrics`.
+fn claim_rounds(metrics: &str) -> f64 {
+    ["settled", "unsettled", "skipped"]
+        .iter()
+        .map(|o| {
+            common::sample(
+                metrics,
+                &format!("kairos_claim_head_total{{outcome=\"{o}\"}}"),
+            )
+        })
+        .sum()
+}
+
+/// A paused task's row keeps its agent's waiting claims relooking every second. Fifty of them
+/// must cost the database about what one does: one shared read of the agent's next
+/// `available_at` and a few shared claim rounds a second, not fifty of each.
+#[sqlx::test]
+async fn waiting_claims_of_one_agent_relook_at_held_work_together_not_each_on_its_own(
+    pool: PgPool,
+) {
+    let app = TestApp::spawn(pool.clone()).await;
+    manual_task(&app, "held", "herd", json!({})).await;
+    pending(&pool, "held", "herd", 1, 3).await;
+    let (status, body) = json(app.post("/v1/tasks/held/pause", json!({})).await).await;
+    assert_eq!(status, 200, "{body}");
+    // Fifty workers start waiting over the first second, as an agent's workers come and go.
+    let mut polls = long_polls(&app, "herd", 50, Duration::from_millis(20), 6);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let reads = "kairos_claim_next_available_total{source=\"database\"}";
+    let before = app.get("/metrics").await.text().await.expect("metrics");
+    let span = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = app.get("/metrics").await.text().await.expect("metrics");
+    let secs = span.elapsed().as_secs_f64();
+    let read = common::sample(&after, reads) - common::sample(&before, reads);
+    let rounds = claim_rounds(&after) - claim_rounds(&before);
+    assert!(
+        read <= 3.0 * secs,
+        "{read} reads of the next available_at in {secs:.1} s for 50 waiters of one agent"
+    );
+    assert!(
+        rounds <= 4.0 * secs,
+        "{rounds} claim rounds in {secs:.1} s for 50 waiters of one agent"
+    );
+    while let Some(done) = polls.join_next().await {
+        assert!(
+            done.expect("poll").1.is_empty(),
+            "a paused task's work is held"
+        );
+    }
+}
+
+/// Resuming a task announces nothing: its agent's waiting claims find its work on their
+/// fallback relook, within a second.
+#[sqlx::test]
+async fn a_waiting_claim_takes_work_within_a_second_of_its_task_resuming(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    manual_task(&app, "resumes", "herd2", json!({})).await;
+    pending(&pool, "resumes", "herd2", 1, 3).await;
+    let (status, body) = json(app.post("/v1/tasks/resumes/pause", json!({})).await).await;
+    assert_eq!(status, 200, "{body}");
+    let mut polls = long_polls(&app, "herd2", 20, Duration::from_millis(10), 4);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let resumed = Instant::now();
+    let (status, body) = json(app.post("/v1/tasks/resumes/resume", json!({})).await).await;
+    assert_eq!(status, 200, "{body}");
+    let mut taken = Vec::new();
+    while let Some(done) = polls.join_next().await {
+        let (at, got) = done.expect("poll");
+        if !got.is_empty() {
+            taken.push(at.saturating_duration_since(resumed));
+        }
+    }
+    assert_eq!(taken.len(), 1, "one waiter takes the one instance");
+    assert!(
+        taken[0] < Duration::from_millis(1500),
+        "taken {:?} after the resume",
+        taken[0]
+    );
+}

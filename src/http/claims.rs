@@ -1,6 +1,8 @@
 //! `POST /v1/claims`: agents take PENDING instances under fresh leases, long-polling up to
 //! `wait_seconds`. A waiting request holds no database connection: it sleeps on the process's
 //! work signal (LISTEN/NOTIFY), the next `available_at` of its agent's work, or a fallback poll.
+//! The waiters of one agent share that read of `available_at` and relook at the same instants
+//! ([`crate::services::work_signal`]), so waiting costs the database per agent, not per waiter.
 
 use std::time::Duration;
 
@@ -45,9 +47,12 @@ pub const MAX_INSTANCES_PER_CLAIM: i64 = 100;
 /// least this often even without a notification.
 const FALLBACK_POLL: Duration = Duration::from_secs(1);
 /// When a claim came back empty although work is available now (other claimers held it, or
-/// won the last permits), look again this soon, doubling up to [`FALLBACK_POLL`]: in a burst
+/// won the last permits), look again within this, doubling up to [`FALLBACK_POLL`]: in a burst
 /// the rows others hold are mostly taken within milliseconds, and what they leave is due now.
-const FIRST_RELOOK: Duration = Duration::from_millis(10);
+/// [`FALLBACK_POLL`] over a power of two, so every step's relook grid holds the ticks of the
+/// next ([`crate::services::work_signal::Waiter::relook_at`]): the waiters of one agent relook
+/// at the same instants whichever step each has reached, and their claims share rounds.
+const FIRST_RELOOK: Duration = Duration::from_nanos(FALLBACK_POLL.as_nanos() as u64 / 128);
 
 pub fn routes(t: RouteTable) -> RouteTable {
     t.add("post", "/v1/claims", post(claim))
@@ -162,17 +167,26 @@ async fn claim(
             }
         }
         // Sleep until the earliest of: the deadline, the next delayed window of this agent,
-        // the fallback poll; or a wake-up for this agent; or shutdown.
-        let (next, db_now) = store_claim::next_available_at(&state.pool, &req.agent_id).await?;
+        // the next relook on the agent's grid; or a wake-up for this agent; or shutdown.
+        let next = waiter
+            .next_available(|| async {
+                let asked = Instant::now();
+                let (next, db_now) =
+                    store_claim::next_available_at(&state.pool, &req.agent_id).await?;
+                Ok::<_, ApiError>(
+                    next.map(|n| asked + (n - db_now).to_std().unwrap_or(Duration::ZERO)),
+                )
+            })
+            .await?;
+        let now = Instant::now();
         let mut until = deadline;
         if let Some(next) = next {
-            let delta = (next - db_now).to_std().unwrap_or(Duration::ZERO);
-            let at = if delta.is_zero() {
-                let at = now + relook;
+            let at = if next <= now {
+                let at = waiter.relook_at(now, relook);
                 relook = (relook * 2).min(FALLBACK_POLL);
                 at
             } else {
-                now + delta
+                next
             };
             until = until.min(at);
         }

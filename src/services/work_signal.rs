@@ -13,8 +13,21 @@
 //! wake-up given to a request that goes away before using it moves on to the next waiter. The
 //! webhook dispatcher, one per process, subscribes to every notification over a broadcast
 //! channel.
+//!
+//! Waiters of one agent also share their relooks. While its work exists but cannot be taken
+//! (a paused task, a task at its concurrency limit), every waiting claim looks again on a
+//! timer; a thousand waiters each reading the agent's next `available_at` and claiming on their
+//! own timers cost the database a thousand reads and claims a second for no work. So the read
+//! is shared: the first waiter to need it reads it, waiters that need it meanwhile or within
+//! [`SHARED_LOOK_TTL`] take its answer, and any notification naming the agent makes it stale
+//! ([`Waiter::next_available`]). And the relook timers of one agent tick on one grid
+//! ([`Waiter::relook_at`]): its waiters claim at the same instants, so their claims share claim
+//! rounds. A relook comes no later than it would on a waiter's own timer.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -22,6 +35,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio::sync::futures::Notified;
 use tokio::sync::{Notify, broadcast};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{error_backoff, error_chain};
@@ -30,14 +44,45 @@ use crate::store::{WORK_CHANNEL, parse_work_payload};
 /// Sent to every waiter when notifications may have been lost (listener reconnected): wake all.
 pub const WAKE_ALL: &str = "*";
 
-/// Per agent id, the wake-up of the requests waiting for its work and how many there are. An
-/// entry lives while it has waiters.
-type Agents = Arc<Mutex<HashMap<String, (Arc<Notify>, usize)>>>;
+/// How long the waiters of one agent share one read of its next `available_at` when no
+/// notification names the agent meanwhile.
+pub const SHARED_LOOK_TTL: Duration = Duration::from_millis(250);
+
+/// What the requests waiting for one agent's work share. An entry lives while it has waiters.
+struct AgentWaiters {
+    /// Their wake-up.
+    notify: Arc<Notify>,
+    /// How many there are.
+    count: usize,
+    look: Arc<SharedLook>,
+}
+
+/// The last read of an agent's next `available_at`, shared by its waiters.
+struct SharedLook {
+    /// Moves on with every notification naming the agent: a read made before it is stale.
+    generation: AtomicU64,
+    /// Held while a waiter reads, so the others wait for its answer instead of reading too.
+    last: tokio::sync::Mutex<Option<Look>>,
+    /// Where the agent's relook grid starts ([`Waiter::relook_at`]).
+    origin: Instant,
+}
+
+/// One read: when it was made, under which generation, and its answer.
+struct Look {
+    generation: u64,
+    at: Instant,
+    next: Option<Instant>,
+}
+
+type Agents = Arc<Mutex<HashMap<String, AgentWaiters>>>;
 
 #[derive(Clone)]
 pub struct WorkSignal {
     tx: broadcast::Sender<String>,
     agents: Agents,
+    /// The start of every agent's relook grid, shifted by a phase drawn from the agent id so
+    /// that different agents do not all relook at the same instants.
+    epoch: Instant,
 }
 
 /// One request's registration as a waiter for an agent's work.
@@ -45,6 +90,7 @@ pub struct Waiter {
     agents: Agents,
     agent: String,
     notify: Arc<Notify>,
+    look: Arc<SharedLook>,
 }
 
 impl Waiter {
@@ -58,18 +104,76 @@ impl Waiter {
     pub fn pass_on(&self) {
         self.notify.notify_one();
     }
+
+    /// When the agent's earliest PENDING instance becomes claimable (`None`: it has none;
+    /// an instant already past: now). `read` asks the database; its answer is shared with
+    /// every waiter of the agent that asks while it runs or within [`SHARED_LOOK_TTL`] after,
+    /// unless a notification names the agent meanwhile. Counted in
+    /// `kairos_claim_next_available_total{source}` (`database` or `shared`).
+    pub async fn next_available<E, F, Fut>(&self, read: F) -> Result<Option<Instant>, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Option<Instant>, E>>,
+    {
+        let mut last = self.look.last.lock().await;
+        // Read after taking the lock: a notification while another waiter read is seen here.
+        let generation = self.look.generation.load(Ordering::Acquire);
+        if let Some(l) = last.as_ref()
+            && l.generation == generation
+            && l.at.elapsed() < SHARED_LOOK_TTL
+        {
+            metrics::counter!("kairos_claim_next_available_total", "source" => "shared")
+                .increment(1);
+            return Ok(l.next);
+        }
+        metrics::counter!("kairos_claim_next_available_total", "source" => "database").increment(1);
+        let at = Instant::now();
+        let next = read().await?;
+        *last = Some(Look {
+            generation,
+            at,
+            next,
+        });
+        Ok(next)
+    }
+
+    /// The first instant after `now` on this agent's relook grid of spacing `every`. The
+    /// grid's ticks are the agent's origin plus multiples of `every`, so every waiter of the
+    /// agent that relooks with the same spacing claims at the same instants, and a grid of
+    /// spacing `every / 2^k` holds every tick of the grid of `every`. At most `every` away.
+    pub fn relook_at(&self, now: Instant, every: Duration) -> Instant {
+        let every_ns = every.as_nanos().max(1);
+        let origin = self.look.origin;
+        // The grid runs both ways from the origin, which may lie ahead of `now`.
+        let wait_ns = if now >= origin {
+            every_ns - (now - origin).as_nanos() % every_ns
+        } else {
+            match (origin - now).as_nanos() % every_ns {
+                0 => every_ns,
+                ahead => ahead,
+            }
+        };
+        now + Duration::from_nanos(u64::try_from(wait_ns).unwrap_or(u64::MAX))
+    }
 }
 
 impl Drop for Waiter {
     fn drop(&mut self) {
         let mut agents = self.agents.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, count)) = agents.get_mut(&self.agent) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
+        if let Some(w) = agents.get_mut(&self.agent) {
+            w.count = w.count.saturating_sub(1);
+            if w.count == 0 {
                 agents.remove(&self.agent);
             }
         }
     }
+}
+
+/// The phase of `agent`'s relook grid: a stable draw from its id, below one second.
+fn relook_phase(agent: &str) -> Duration {
+    let mut h = std::hash::DefaultHasher::new();
+    agent.hash(&mut h);
+    Duration::from_nanos(h.finish() % 1_000_000_000)
 }
 
 impl Default for WorkSignal {
@@ -84,20 +188,30 @@ impl WorkSignal {
         Self {
             tx,
             agents: Arc::default(),
+            epoch: Instant::now(),
         }
     }
 
     /// Register a request waiting for `agent`'s work.
     pub fn waiter(&self, agent: &str) -> Waiter {
         let mut agents = self.agents.lock().unwrap_or_else(PoisonError::into_inner);
-        let (notify, count) = agents
+        let w = agents
             .entry(agent.to_owned())
-            .or_insert_with(|| (Arc::new(Notify::new()), 0));
-        *count += 1;
+            .or_insert_with(|| AgentWaiters {
+                notify: Arc::new(Notify::new()),
+                count: 0,
+                look: Arc::new(SharedLook {
+                    generation: AtomicU64::new(0),
+                    last: tokio::sync::Mutex::new(None),
+                    origin: self.epoch + relook_phase(agent),
+                }),
+            });
+        w.count += 1;
         Waiter {
             agents: self.agents.clone(),
             agent: agent.to_owned(),
-            notify: notify.clone(),
+            notify: w.notify.clone(),
+            look: w.look.clone(),
         }
     }
 
@@ -108,16 +222,18 @@ impl WorkSignal {
         let _ = self.tx.send(payload.to_owned());
         let agents = self.agents.lock().unwrap_or_else(PoisonError::into_inner);
         if payload == WAKE_ALL {
-            for (notify, _) in agents.values() {
-                notify.notify_waiters();
+            for w in agents.values() {
+                w.look.generation.fetch_add(1, Ordering::AcqRel);
+                w.notify.notify_waiters();
             }
             return;
         }
         let (agent, count) = parse_work_payload(payload);
-        if let Some((notify, waiters)) = agents.get(agent) {
+        if let Some(w) = agents.get(agent) {
+            w.look.generation.fetch_add(1, Ordering::AcqRel);
             // Each call wakes one queued waiter (or leaves one wake-up for the next to wait).
-            for _ in 0..count.min(*waiters) {
-                notify.notify_one();
+            for _ in 0..count.min(w.count) {
+                w.notify.notify_one();
             }
         }
     }
@@ -210,6 +326,9 @@ async fn sleep_or_stop(shutdown: &CancellationToken, d: Duration) -> bool {
 mod tests {
     use std::future::Future;
     use std::task::{Context, Poll, Waker};
+    use std::time::Duration;
+
+    use tokio::time::Instant;
 
     use super::WorkSignal;
     use crate::store::work_payloads;
@@ -231,6 +350,29 @@ mod tests {
             .map(|f| f.as_mut().poll(&mut cx))
             .filter(Poll::is_ready)
             .count()
+    }
+
+    #[test]
+    fn waiters_of_one_agent_relook_on_one_grid_whose_halves_hold_its_ticks() {
+        let signal = WorkSignal::new();
+        let (a, b) = (signal.waiter("a"), signal.waiter("a"));
+        let second = Duration::from_secs(1);
+        let now = Instant::now();
+        let tick = a.relook_at(now, second);
+        assert!(tick > now && tick <= now + second);
+        // Another waiter, looking later within the same second, relooks at the same instant.
+        let later = now + (tick - now) / 2;
+        assert_eq!(b.relook_at(later, second), tick);
+        // On the half-second grid the next tick comes no later, and the one-second tick is on it.
+        let half = b.relook_at(later, second / 2);
+        assert!(half <= tick);
+        let mut t = half;
+        while t < tick {
+            t = b.relook_at(t, second / 2);
+        }
+        assert_eq!(t, tick);
+        // A tick exactly now is not a relook: the next one is a whole step away.
+        assert_eq!(a.relook_at(tick, second), tick + second);
     }
 
     #[test]
