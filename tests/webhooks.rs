@@ -1056,3 +1056,99 @@ async fn pushes_waiting_at_shutdown_are_given_back_without_spending_an_attempt(p
         )
     );
 }
+
+/// The webhook work of one agent reaches its receiver: the time from `trigger` to its push.
+async fn pushed_after(app: &TestApp, receiver: &Receiver, task: &str) -> Duration {
+    let before = receiver.hits().len();
+    let asked = Instant::now();
+    let (status, body) = json(
+        app.post(&format!("/v1/tasks/{task}/trigger"), json!({}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let hit = eventually(Duration::from_secs(5), "the window's push", || async {
+        receiver.hits().get(before).cloned()
+    })
+    .await;
+    hit.at.saturating_duration_since(asked)
+}
+
+/// Every replica's dispatcher hears every agent's work notifications. Those of an agent
+/// without webhook tasks must not make it claim, while a webhook window, of a known agent or of
+/// one whose first webhook task was just registered, is still pushed at once.
+#[sqlx::test]
+async fn poll_work_of_other_agents_wakes_no_webhook_claim_and_webhook_windows_are_pushed_at_once(
+    pool: PgPool,
+) {
+    let receiver = Receiver::start(vec![Mode::Success]).await;
+    let mut opts = Options::api_only("quiet");
+    let mut wh = WebhookDispatcherConfig::new("quiet", "");
+    // No pass of its own during the test: what it does, notifications made it do.
+    wh.interval = Duration::from_secs(60);
+    opts.webhook = Some(wh);
+    let app = TestApp::spawn_opts(pool.clone(), opts).await;
+    webhook_task(&app, "pushed", &receiver.url(), json!({})).await;
+    let (status, body) = json(
+        app.put(
+            "/v1/tasks/polled",
+            json!({"agent_id": "pollers", "trigger": {"type": "manual"},
+                   "execution": {"concurrency_limit": 1000}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert!(pushed_after(&app, &receiver, "pushed").await < Duration::from_millis(500));
+
+    let claims = "kairos_webhook_claims_total";
+    let reads = "kairos_webhook_agent_reads_total";
+    let before = app.get("/metrics").await.text().await.expect("metrics");
+    let started = Instant::now();
+    let mut taken = 0;
+    for k in 0..100 {
+        let (status, body) = json(
+            app.post(
+                "/v1/tasks/polled/trigger",
+                json!({"window_key": format!("k{k:03}")}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+        if k % 10 == 9 {
+            taken += common::claim(&app, "pollers", "w", 100, json!({}))
+                .await
+                .len();
+        }
+    }
+    assert_eq!(taken, 100);
+    let secs = started.elapsed().as_secs_f64();
+    let after = app.get("/metrics").await.text().await.expect("metrics");
+    let moved = |series: &str| common::sample(&after, series) - common::sample(&before, series);
+    // One claim may follow the first push, whose end frees its slot.
+    assert!(
+        moved(claims) <= 1.0,
+        "{} webhook claims for 100 windows of a poll-mode agent",
+        moved(claims)
+    );
+    assert!(
+        moved(reads) <= 10.0 * secs + 2.0,
+        "{} reads of the webhook agents in {secs:.1} s",
+        moved(reads)
+    );
+
+    assert!(pushed_after(&app, &receiver, "pushed").await < Duration::from_millis(500));
+    let (status, body) = json(
+        app.put(
+            "/v1/tasks/newcomer",
+            json!({"agent_id": "late_hooks", "trigger": {"type": "manual"},
+                   "dispatch": {"mode": "webhook", "url": receiver.url(), "secret": SECRET}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert!(pushed_after(&app, &receiver, "newcomer").await < Duration::from_millis(500));
+    app.shutdown().await;
+}

@@ -15,22 +15,29 @@
 //! whose retry may start immediately, so another replica takes them over. At most
 //! `max_in_flight` pushes run per replica and at most `max_per_task` per task, each with its
 //! own timeout, so a slow or dead endpoint holds only its own task's slots.
+//!
+//! Every replica's dispatcher hears every agent's work notifications, and most name agents
+//! without webhook tasks. It keeps the set of agents with webhook tasks and claims only for
+//! notifications of theirs; a notification of another agent has the set read again (at most
+//! every [`AGENTS_REREAD_MIN`]), in case that agent just got its first webhook task.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use sqlx::PgPool;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, Semaphore, broadcast};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::work_signal::WorkSignal;
+use super::work_signal::{WAKE_ALL, WorkSignal};
 use super::{Heartbeats, error_backoff, error_chain};
 use crate::domain::task::Dispatch;
 use crate::outbound;
 use crate::store::group_commit::GroupCommit;
-use crate::store::{self, claim, instances};
+use crate::store::{self, claim, instances, parse_work_payload};
 
 pub const LOOP_NAME: &str = "webhook_dispatcher";
 
@@ -157,6 +164,7 @@ impl WebhookDispatcher {
             max_per_task: self.config.max_per_task,
         };
         let max = i64::try_from(max).unwrap_or(i64::MAX).clamp(1, 1000);
+        metrics::counter!("kairos_webhook_claims_total").increment(1);
         claim::claim_scoped(&self.pool, scope, &self.config.node_id, max, &self.actor()).await
     }
 
@@ -359,9 +367,8 @@ impl WebhookDispatcher {
     }
 
     /// Run until `shutdown`: claim as many instances as there are free slots, push each in its
-    /// own task, and wait for a work notification, a finished push or the interval. On
-    /// shutdown, pushes still waiting for their answer are recorded as failed dispatch
-    /// attempts at once.
+    /// own task, and wait until a claim may find webhook work ([`Self::wait_for_work`]). On
+    /// shutdown, pushes still waiting for their answer are given back at once.
     pub async fn run(self, signal: WorkSignal, shutdown: CancellationToken) {
         let slots = Arc::new(Semaphore::new(self.config.max_in_flight));
         let finished = Arc::new(Notify::new());
@@ -372,12 +379,19 @@ impl WebhookDispatcher {
             max_in_flight = self.config.max_in_flight,
             "webhook dispatcher started"
         );
+        // One subscription for the whole run: what is announced during a claim or a read waits
+        // here for the next look.
+        let mut wake = signal.subscribe();
+        let mut agents = WebhookAgents::default();
+        // A failed read leaves the set unread: the first notification then reads it again.
+        let _ = agents.reread(&self.pool).await;
         loop {
             while pushes.try_join_next().is_some() {}
-            let mut wake = signal.subscribe();
             let free = slots.available_permits();
             let mut wait = self.config.interval;
             if free > 0 && !shutdown.is_cancelled() {
+                // This claim answers every notification heard so far.
+                drain(&mut wake);
                 match super::bounded_pass(LOOP_NAME, self.claim(free)).await {
                     Ok(claimed) => {
                         errors = 0;
@@ -409,12 +423,11 @@ impl WebhookDispatcher {
             } else {
                 self.heartbeats.tick(LOOP_NAME, self.config.interval);
             }
-            tokio::select! {
-                biased;
-                _ = shutdown.cancelled() => break,
-                _ = finished.notified() => {}
-                _ = wake.recv() => {}
-                _ = tokio::time::sleep(wait) => {}
+            if !self
+                .wait_for_work(&mut wake, &mut agents, &finished, &shutdown, wait)
+                .await
+            {
+                break;
             }
         }
         // Pushes in flight see the same cancellation and record their attempts as failed.
@@ -428,6 +441,131 @@ impl WebhookDispatcher {
             );
         }
         tracing::info!("webhook dispatcher stopped");
+    }
+
+    /// Wait until a claim may find webhook work, and say so (`false`: shutdown). A claim is due
+    /// when a push finished (its slot is free); when a notification names an agent with webhook
+    /// tasks, or notifications were lost; when the webhook agents, read again because a
+    /// notification named an agent not among them, hold one that was not there before; and
+    /// after `wait`, the pass that finds delayed work (retries, `delay_seconds`), unless no
+    /// agent has webhook tasks. Notifications of other agents (poll-mode work, the bulk of
+    /// them) cost at most one read of the webhook agents per [`AGENTS_REREAD_MIN`], never a
+    /// claim.
+    async fn wait_for_work(
+        &self,
+        wake: &mut broadcast::Receiver<String>,
+        agents: &mut WebhookAgents,
+        finished: &Notify,
+        shutdown: &CancellationToken,
+        wait: Duration,
+    ) -> bool {
+        let mut pass_at = Instant::now() + wait;
+        let mut reread_at: Option<Instant> = None;
+        loop {
+            let reread = async {
+                match reread_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return false,
+                _ = finished.notified() => return true,
+                heard = wake.recv() => match heard {
+                    Ok(payload) => {
+                        let (agent, _) = parse_work_payload(&payload);
+                        if payload == WAKE_ALL || agents.known.contains(agent) {
+                            return true;
+                        }
+                        // Perhaps an agent whose first webhook task is newer than the last read.
+                        reread_at.get_or_insert_with(|| agents.next_read());
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        // Some names were lost: a known agent's among them, or a new one.
+                        if !agents.known.is_empty() {
+                            return true;
+                        }
+                        reread_at.get_or_insert_with(|| agents.next_read());
+                    }
+                    Err(broadcast::error::RecvError::Closed) => {
+                        // No more notifications (the signal is gone): only the interval is left.
+                        tokio::select! {
+                            _ = shutdown.cancelled() => return false,
+                            _ = tokio::time::sleep_until(pass_at) => return true,
+                        }
+                    }
+                },
+                _ = reread => {
+                    reread_at = None;
+                    // A failed read cannot rule the notifications out: claim.
+                    if agents.reread(&self.pool).await.unwrap_or(true) {
+                        return true;
+                    }
+                }
+                _ = tokio::time::sleep_until(pass_at) => {
+                    let read = agents.reread(&self.pool).await;
+                    if read.is_err() || !agents.known.is_empty() {
+                        return true;
+                    }
+                    // No webhook task anywhere: nothing to claim.
+                    self.heartbeats.tick(LOOP_NAME, self.config.interval);
+                    pass_at = Instant::now() + self.config.interval;
+                }
+            }
+        }
+    }
+}
+
+/// After a notification names an agent not known to have webhook tasks, the webhook agents are
+/// read again, but at most this often: a storm of poll-mode notifications costs a few small
+/// reads a second. The first window of an agent whose first webhook task was registered since
+/// the last read waits at most this long for its push; an agent already known never waits.
+pub const AGENTS_REREAD_MIN: Duration = Duration::from_millis(100);
+
+/// The agents with unpaused webhook tasks, as last read: their notifications make the
+/// dispatcher claim.
+#[derive(Default)]
+struct WebhookAgents {
+    known: HashSet<String>,
+    /// When they were last read; `None` before the first read.
+    read_at: Option<Instant>,
+}
+
+impl WebhookAgents {
+    /// When the next read may run.
+    fn next_read(&self) -> Instant {
+        let now = Instant::now();
+        self.read_at
+            .map_or(now, |at| (at + AGENTS_REREAD_MIN).max(now))
+    }
+
+    /// Read them again; whether an agent was added. Counted in
+    /// `kairos_webhook_agent_reads_total`.
+    async fn reread(&mut self, pool: &PgPool) -> store::Result<bool> {
+        metrics::counter!("kairos_webhook_agent_reads_total").increment(1);
+        self.read_at = Some(Instant::now());
+        match claim::webhook_agents(pool).await {
+            Ok(now) => {
+                let added = now.iter().any(|a| !self.known.contains(a));
+                self.known = now;
+                Ok(added)
+            }
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "cannot read the agents with webhook tasks; claiming instead");
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Forget every notification heard so far (a claim about to run answers them).
+fn drain(wake: &mut broadcast::Receiver<String>) {
+    loop {
+        match wake.try_recv() {
+            Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+            Err(_) => return,
+        }
     }
 }
 

@@ -27,6 +27,8 @@
 //! claimers of one queue task therefore take turns (the later finds the older rows still
 //! pending and takes none of that task this time); other tasks' claimers run side by side.
 
+use std::collections::HashSet;
+
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::types::Json;
@@ -846,6 +848,18 @@ pub async fn next_available_at(
     .fetch_one(pool)
     .await
     .map_err(map_db_error)
+}
+
+/// The agents with unpaused webhook tasks: the only agents whose work the webhook dispatcher
+/// claims. Read through `tasks_webhook_idx`, so it costs the webhook tasks, not the registry.
+pub async fn webhook_agents(pool: &PgPool) -> Result<HashSet<String>> {
+    let agents: Vec<String> = sqlx::query_scalar(
+        "select distinct agent_id from tasks where dispatch_mode = 'webhook' and not paused",
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(map_db_error)?;
+    Ok(agents.into_iter().collect())
 }
 
 #[cfg(test)]
