@@ -49,8 +49,15 @@ impl Schedule {
     }
 
     /// The first window at or after `from`.
+    ///
+    /// Windows are at least a second apart, so at most one window lies in `(from - 1 s, from)`
+    /// (when `from` has a fraction of a second, e.g. the database clock): it is stepped over.
     pub fn next_at_or_after(&self, from: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.next_after(from - chrono::Duration::seconds(1))
+        let mut w = self.next_after(from - chrono::Duration::seconds(1))?;
+        while w < from {
+            w = self.next_after(w)?;
+        }
+        Some(w)
     }
 
     /// Up to `count` windows strictly after `after`.
@@ -178,6 +185,42 @@ mod tests {
         assert_eq!(
             s.next_after(t("2026-11-29T08:30:12Z")),
             Some(t("2026-11-29T08:31:00Z"))
+        );
+    }
+
+    #[test]
+    fn next_at_or_after_never_returns_a_window_before_a_fractional_from() {
+        let interval = Schedule::Interval {
+            every_seconds: 60,
+            start_at: DateTime::<Utc>::UNIX_EPOCH,
+        };
+        let cron = Schedule::Cron(Box::new(
+            CronSchedule::parse("0 * * * * *", "UTC").expect("valid cron"),
+        ));
+        let once = Schedule::Once {
+            at: t("2026-11-29T08:30:00Z"),
+        };
+        for s in [&interval, &cron] {
+            assert_eq!(
+                s.next_at_or_after(t("2026-11-29T08:30:00.500Z")),
+                Some(t("2026-11-29T08:31:00Z")),
+                "{s:?}"
+            );
+            assert_eq!(
+                s.next_at_or_after(t("2026-11-29T08:30:00Z")),
+                Some(t("2026-11-29T08:30:00Z")),
+                "{s:?}"
+            );
+            assert_eq!(
+                s.next_at_or_after(t("2026-11-29T08:29:59.999Z")),
+                Some(t("2026-11-29T08:30:00Z")),
+                "{s:?}"
+            );
+        }
+        assert_eq!(once.next_at_or_after(t("2026-11-29T08:30:00.001Z")), None);
+        assert_eq!(
+            once.next_at_or_after(t("2026-11-29T08:30:00Z")),
+            Some(t("2026-11-29T08:30:00Z"))
         );
     }
 
