@@ -230,6 +230,44 @@ async fn restart_after_downtime_records_missed_windows_as_skipped(pool: PgPool) 
 }
 
 #[sqlx::test]
+async fn a_grace_of_zero_runs_every_window_of_a_loop_that_keeps_up(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let (status, body) = json(
+        app.put(
+            "/v1/tasks/strict",
+            json!({"agent_id": "a", "trigger": {"type": "cron", "expr": "* * * * * *"},
+                   "execution": {"overlap": "queue", "misfire_grace_seconds": 0}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    // No staging: every window is written by the pass at its instant, a little after it.
+    let mut cfg = loop_config("strict");
+    cfg.lead = Duration::ZERO;
+    let stop = CancellationToken::new();
+    let lp = TriggerLoop::new(pool.clone(), cfg, Heartbeats::default());
+    let h = tokio::spawn(lp.run(stop.child_token()));
+    let rows = eventually(Duration::from_secs(10), "three windows", || {
+        let pool = pool.clone();
+        async move {
+            let rows = windows(&pool, "strict").await;
+            (rows.len() >= 3).then_some(rows)
+        }
+    })
+    .await;
+    stop.cancel();
+    h.await.expect("stopped");
+    let keys: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
+    assert_every_second_once(&keys);
+    assert!(
+        rows.iter().all(|r| r.1 == "PENDING" && r.2 == "schedule"),
+        "{rows:?}"
+    );
+    app.shutdown().await;
+}
+
+#[sqlx::test]
 async fn a_paused_task_gets_no_windows(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     app.put("/v1/tasks/t1", json!({"agent_id": "a", "trigger": {"type": "interval", "every_seconds": 1}, "paused": true}))

@@ -17,6 +17,11 @@ pub const MAX_CATCHUP_ROWS: usize = 1000;
 /// its next pass at once, so a second-by-second schedule with a day of grace is materialised in
 /// bounded slices instead of one unbounded transaction.
 pub const MAX_ON_TIME_ROWS: usize = 1000;
+/// How late the trigger loop itself may reach a window, which no `misfire_grace_seconds` takes
+/// away: the pass at an instant runs a little after it (its wake-up and its queries), so without
+/// this a grace of 0 would record every window it writes as missed. A grace below this counts
+/// as this; a window is missed only when reached later than both.
+pub const LOOP_LATENESS_SECONDS: i64 = 1;
 /// At most this many due windows are enumerated in one pass for one task. Past it the schedule
 /// jumps to the present and the remainder is reported as "at least" that many.
 pub const MAX_ENUMERATED_WINDOWS: usize = 100_000;
@@ -24,7 +29,8 @@ pub const MAX_ENUMERATED_WINDOWS: usize = 100_000;
 /// Why a window was recorded without running.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SkipReason {
-    /// Missed by more than `misfire_grace_seconds` (daemon down or far behind).
+    /// Missed by more than `misfire_grace_seconds`, and more than [`LOOP_LATENESS_SECONDS`]
+    /// (daemon down or far behind).
     Missed,
     /// `concurrency_limit` unfinished instances already exist; names the oldest blocking window.
     Overlap { blocking_window: String },
@@ -102,7 +108,8 @@ pub fn plan_due_windows(
     unfinished: &[String],
     existing: &HashSet<String>,
 ) -> Plan {
-    let grace_floor = now - Duration::seconds(exec.misfire_grace_seconds);
+    let grace = exec.misfire_grace_seconds.max(LOOP_LATENESS_SECONDS);
+    let grace_floor = now - Duration::seconds(grace);
     let catchup_floor = now - Duration::seconds(exec.catchup_window_seconds);
 
     // 1. Enumerate due windows, split into missed (older than the grace) and on time. Missed
@@ -343,6 +350,39 @@ mod tests {
     }
 
     #[test]
+    fn a_grace_of_zero_still_runs_a_window_the_loop_reaches_within_its_own_lateness() {
+        let grace_zero = exec(Overlap::Queue, Catchup::Skip, 1, 0);
+        let plan = plan_due_windows(
+            &every_second(),
+            &grace_zero,
+            t("2026-11-29T08:30:00Z"),
+            t("2026-11-29T08:30:00.400Z"),
+            &[],
+            &HashSet::new(),
+        );
+        assert_eq!(
+            summary(&plan),
+            vec![("08:30:00".to_owned(), "schedule", None)]
+        );
+        // Reached later than the loop's own lateness: missed.
+        let plan = plan_due_windows(
+            &every_second(),
+            &grace_zero,
+            t("2026-11-29T08:30:00Z"),
+            t("2026-11-29T08:30:01.400Z"),
+            &[],
+            &HashSet::new(),
+        );
+        assert_eq!(
+            summary(&plan),
+            vec![
+                ("08:30:00".to_owned(), "catchup", Some("missed".to_owned())),
+                ("08:30:01".to_owned(), "schedule", None),
+            ]
+        );
+    }
+
+    #[test]
     fn catchup_skip_records_missed_windows_and_runs_none_of_them() {
         let plan = plan_due_windows(
             &every_second(),
@@ -354,10 +394,13 @@ mod tests {
         );
         let s = summary(&plan);
         assert_eq!(s.len(), 4);
+        // The newest is inside the loop's own lateness, so on time.
         assert!(
-            s.iter()
+            s[..3]
+                .iter()
                 .all(|(_, src, skip)| *src == "catchup" && skip.as_deref() == Some("missed"))
         );
+        assert_eq!(s[3], ("08:30:03".to_owned(), "schedule", None));
         assert_eq!(plan.next_fire_at, Some(t("2026-11-29T08:30:04Z")));
     }
 
@@ -372,9 +415,12 @@ mod tests {
             &HashSet::new(),
         );
         let running: Vec<_> = plan.windows.iter().filter(|w| w.skip.is_none()).collect();
-        assert_eq!(running.len(), 1);
-        assert_eq!(running[0].scheduled_at, t("2026-11-29T08:30:03Z"));
+        // The newest missed window, then the on-time one inside the loop's own lateness.
+        assert_eq!(running.len(), 2);
+        assert_eq!(running[0].scheduled_at, t("2026-11-29T08:30:02Z"));
         assert_eq!(running[0].source, Source::Catchup);
+        assert_eq!(running[1].scheduled_at, t("2026-11-29T08:30:03Z"));
+        assert_eq!(running[1].source, Source::Schedule);
     }
 
     #[test]
@@ -395,7 +441,7 @@ mod tests {
                 ("08:30:00".to_owned(), "catchup", Some("missed".to_owned())),
                 ("08:30:01".to_owned(), "catchup", Some("missed".to_owned())),
                 ("08:30:02".to_owned(), "catchup", None),
-                ("08:30:03".to_owned(), "catchup", None),
+                ("08:30:03".to_owned(), "schedule", None),
             ]
         );
     }
@@ -513,12 +559,15 @@ mod tests {
             &[],
             &HashSet::new(),
         );
-        assert_eq!(plan.windows.len(), MAX_CATCHUP_ROWS);
-        assert_eq!(plan.not_recorded, 3601 - MAX_CATCHUP_ROWS as u64);
-        // The newest windows are the ones kept.
+        // 3,600 missed windows and 09:00:00, on time (inside the loop's own lateness).
+        assert_eq!(plan.windows.len(), MAX_CATCHUP_ROWS + 1);
+        assert_eq!(plan.not_recorded, 3600 - MAX_CATCHUP_ROWS as u64);
+        // The newest missed windows are the ones kept.
+        let missed: Vec<_> = plan.windows.iter().filter(|w| w.skip.is_some()).collect();
+        assert_eq!(missed.len(), MAX_CATCHUP_ROWS);
         assert_eq!(
-            plan.windows.last().map(|w| w.scheduled_at),
-            Some(t("2026-11-29T09:00:00Z"))
+            missed.last().map(|w| w.scheduled_at),
+            Some(t("2026-11-29T08:59:59Z"))
         );
         assert!(!plan.truncated);
     }
