@@ -623,6 +623,46 @@ async fn backfills_and_manual_windows_older_than_retention_are_refused(pool: PgP
 }
 
 #[sqlx::test]
+async fn a_manual_run_keyed_further_ahead_than_retention_is_refused(pool: PgPool) {
+    // Its row could be pruned before the instant comes, and the schedule would then run that
+    // window a second time.
+    let mut opts = kairos::app::Options::api_only("n1");
+    opts.retention_days = 2;
+    let app = TestApp::spawn_opts(pool.clone(), opts).await;
+    app.put(
+        "/v1/tasks/h",
+        json!({"agent_id": "ra", "trigger": {"type": "cron", "expr": "0 * * * *"}, "execution": {"overlap": "queue"}}),
+    )
+    .await;
+    let refused = [
+        json!({"window_key": key(midnight(3))}),
+        // Run yesterday: the key must be within retention of the run's own time.
+        json!({"window_key": key(midnight(1) + chrono::Duration::hours(12)), "run_at": key(midnight(-1))}),
+    ];
+    for body in refused {
+        let (status, problem) = json(app.post("/v1/tasks/h/trigger", body.clone()).await).await;
+        assert_eq!(status, 422, "{body}: {problem}");
+        assert_eq!(problem["errors"][0]["field"], "window_key", "{problem}");
+        assert!(
+            problem["errors"][0]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("retention_days (2 days")),
+            "{problem}"
+        );
+    }
+    assert!(windows(&pool, "h").await.is_empty(), "nothing written");
+
+    // Within retention of the run it is accepted, run now or later.
+    for body in [
+        json!({"window_key": key(midnight(1))}),
+        json!({"window_key": key(midnight(2) + chrono::Duration::hours(12)), "delay_seconds": 86400}),
+    ] {
+        let (status, inst) = json(app.post("/v1/tasks/h/trigger", body.clone()).await).await;
+        assert_eq!(status, 201, "{body}: {inst}");
+    }
+}
+
+#[sqlx::test]
 async fn a_backfill_may_choose_its_own_overlap_policy(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     // The task's policy is the default `skip` with a limit of 1.

@@ -422,6 +422,36 @@ fn check_retention(
     ))
 }
 
+/// Refuse a window key naming an instant more than `retention_days` after the run's own time.
+/// The run's row is scheduled at that time and may be pruned `retention_days` after it: were
+/// that before the window's instant, the schedule would find no row for the window and run it
+/// a second time. (Refused rather than kept by the pruner, the same bound both ways: a window
+/// key is accepted only within `retention_days` of when its run is.)
+fn check_ahead_of_retention(
+    state: &AppState,
+    task_id: &str,
+    at: DateTime<Utc>,
+    runs_at: DateTime<Utc>,
+) -> Result<(), ApiError> {
+    let horizon = runs_at + chrono::Duration::days(state.retention_days);
+    if at <= horizon {
+        return Ok(());
+    }
+    let at = format_instant(at);
+    tracing::info!(task_id = %task_id, window_key = %at, reason = "later than retention_days after the run", "window refused");
+    Err(ApiError::invalid(
+        "window_key",
+        format!(
+            "{at} is more than retention_days ({} days, after {}) after the run's time: its \
+             instance may be pruned before the window comes, and the window would then run a \
+             second time; trigger it within {} days of its instant",
+            state.retention_days,
+            format_instant(horizon),
+            state.retention_days
+        ),
+    ))
+}
+
 async fn trigger_task(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -480,11 +510,17 @@ async fn trigger_task(
     // time) must be within retention, like a backfill.
     let key_instant = window_key.as_deref().and_then(parse_timestamp);
     if key_instant.is_some() || run_at.is_some() {
-        let cutoff = retention_cutoff(&state).await?;
+        let now = store::now(&state.pool).await?;
+        let cutoff = now - chrono::Duration::days(state.retention_days);
         for (field, at) in [("window_key", key_instant), ("run_at", run_at)] {
             if let Some(at) = at {
                 check_retention(&state, &id, field, at, cutoff)?;
             }
+        }
+        if let Some(at) = key_instant {
+            let runs_at =
+                run_at.unwrap_or(now + chrono::Duration::seconds(delay_seconds.unwrap_or(0)));
+            check_ahead_of_retention(&state, &id, at, runs_at)?;
         }
     }
     let trigger = ManualTrigger {
