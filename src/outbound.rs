@@ -273,6 +273,11 @@ impl Client {
             .header("content-type", "application/json")
             .body(body.to_vec());
         if let Some(secret) = secret {
+            // The one time kairos takes from its own clock rather than the database's: the
+            // receiver checks this timestamp against its own clock (to refuse replays), at the
+            // moment the request leaves, so it is the sending host's wall clock at send time
+            // that it should see, not the database's time of the transaction that queued it
+            // (which may be minutes old after retries).
             let now = chrono::Utc::now().timestamp();
             req = req.header("Kairos-Signature", signature(secret, now, body));
         }

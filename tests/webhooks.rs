@@ -1152,3 +1152,63 @@ async fn poll_work_of_other_agents_wakes_no_webhook_claim_and_webhook_windows_ar
     assert!(pushed_after(&app, &receiver, "newcomer").await < Duration::from_millis(500));
     app.shutdown().await;
 }
+
+#[sqlx::test]
+async fn a_notification_occurs_at_the_database_time_of_its_transition(pool: PgPool) {
+    use kairos::store::outbox::{self, Event, NotifyList};
+    let app = TestApp::spawn(pool.clone()).await;
+    app.put(
+        "/v1/tasks/n",
+        json!({"agent_id": "na", "trigger": {"type": "manual"},
+               "notify": {"on_failure": ["http://127.0.0.1:9/hook"]}}),
+    )
+    .await;
+    // `occurred_at` is the transaction's time by the database clock, as `finished_at` and
+    // every other time of the transition are, not the application's clock.
+    let mut tx = pool.begin().await.expect("tx");
+    let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("select now()")
+        .fetch_one(&mut *tx)
+        .await
+        .expect("now");
+    let written = outbox::enqueue(
+        &mut tx,
+        &[Event {
+            kind: "instance.dead",
+            task_id: "n".to_owned(),
+            instance_id: None,
+            list: NotifyList::OnFailure,
+            data: json!({}),
+        }],
+    )
+    .await
+    .expect("enqueue");
+    assert_eq!(written, 1);
+    let payload: Value = sqlx::query_scalar("select payload from outbox where task_id = 'n'")
+        .fetch_one(&mut *tx)
+        .await
+        .expect("payload");
+    tx.commit().await.expect("commit");
+    assert_eq!(
+        payload["occurred_at"],
+        kairos::domain::schedule::format_instant(now),
+        "{payload}"
+    );
+    // Spelled as every instant of the API is, with 0, 3 or 6 sub-second digits.
+    for at in [
+        "2026-11-29T00:30:00Z",
+        "2026-11-29T00:30:00.5Z",
+        "2026-11-29T00:30:00.123Z",
+        "2026-11-29T00:30:00.000001Z",
+        "2026-11-29T00:30:00.123456Z",
+    ] {
+        let at: chrono::DateTime<chrono::Utc> = at.parse().expect("instant");
+        let sql = outbox::OCCURRED_AT_SQL.replace("now()", "$1::timestamptz");
+        let spelled: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("select {sql}")))
+            .bind(at)
+            .fetch_one(&pool)
+            .await
+            .expect("spelling");
+        assert_eq!(spelled, kairos::domain::schedule::format_instant(at));
+    }
+    app.shutdown().await;
+}

@@ -38,13 +38,23 @@ pub struct Event {
     pub data: Value,
 }
 
+/// `occurred_at` of a notification: the transaction's time by the database clock (the clock of
+/// `finished_at` and every other time the transition wrote), spelled as the API spells instants
+/// (`format_instant`: RFC 3339 UTC, sub-second digits only when present, 3 or 6 of them).
+pub const OCCURRED_AT_SQL: &str = "to_char(now() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') \
+    || case \
+           when extract(microseconds from now())::bigint % 1000000 = 0 then '' \
+           when extract(microseconds from now())::bigint % 1000 = 0 \
+               then to_char(now() at time zone 'UTC', '.MS') \
+           else to_char(now() at time zone 'UTC', '.US') \
+       end || 'Z'";
+
 /// Write one outbox row per (event, URL of the task's list), in the caller's transaction.
 /// Tasks without URLs in that list get nothing. Returns the rows written.
 pub async fn enqueue(conn: &mut PgConnection, events: &[Event]) -> Result<u64> {
     if events.is_empty() {
         return Ok(0);
     }
-    let now = Utc::now();
     let ids: Vec<Uuid> = events.iter().map(|_| Uuid::now_v7()).collect();
     let kinds: Vec<&str> = events.iter().map(|e| e.kind).collect();
     let tasks: Vec<&str> = events.iter().map(|e| e.task_id.as_str()).collect();
@@ -57,22 +67,22 @@ pub async fn enqueue(conn: &mut PgConnection, events: &[Event]) -> Result<u64> {
             Json(json!({
                 "event_id": id,
                 "type": e.kind,
-                "occurred_at": crate::domain::schedule::format_instant(now),
                 "task_id": e.task_id,
                 "data": e.data,
             }))
         })
         .collect();
-    let written = sqlx::query(
+    let written = sqlx::query(sqlx::AssertSqlSafe(format!(
         "insert into outbox (id, event_id, kind, task_id, instance_id, url, secret, payload) \
          select gen_random_uuid(), e.event_id, e.kind, t.id, e.instance_id, u.url, \
-             t.spec->'notify'->>'secret', e.payload \
+             t.spec->'notify'->>'secret', \
+             e.payload || jsonb_build_object('occurred_at', {OCCURRED_AT_SQL}) \
          from unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5::text[], $6::jsonb[]) \
              as e(event_id, kind, task_id, instance_id, list, payload) \
          join tasks t on t.id = e.task_id \
          cross join lateral jsonb_array_elements_text( \
-             coalesce(t.spec->'notify'->e.list, '[]'::jsonb)) as u(url)",
-    )
+             coalesce(t.spec->'notify'->e.list, '[]'::jsonb)) as u(url)"
+    )))
     .bind(&ids)
     .bind(&kinds)
     .bind(&tasks)
