@@ -45,11 +45,104 @@ impl FromStr for Secret {
     }
 }
 
+/// The database URL. `Debug` shows it with its password hidden ([`redact_database_url`]);
+/// everywhere a `&str` is wanted it is the URL itself.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct DatabaseUrl(pub String);
+
+impl DatabaseUrl {
+    /// The URL with its password hidden, for messages and logs.
+    pub fn redacted(&self) -> String {
+        redact_database_url(&self.0)
+    }
+}
+
+impl std::ops::Deref for DatabaseUrl {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.redacted(), f)
+    }
+}
+
+impl FromStr for DatabaseUrl {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(DatabaseUrl(s.to_owned()))
+    }
+}
+
+impl PartialEq<&str> for DatabaseUrl {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+/// A database URL with its passwords hidden, for messages and logs: the password of the user
+/// info and the value of every query parameter whose name holds `password` (`password`,
+/// `sslpassword`) become `***`; the user, host, port, database and other parameters stay, so a
+/// message still says which server it means. A string the URL parser refuses has everything
+/// between `://` and its last `@` hidden, and every `password…=` value.
+///
+/// The one redactor of database URLs: the daemon's messages, `Config`'s `Debug` and
+/// `kairos-bench` use it. (Webhook and notification URLs shown to non-admins are cut to their
+/// origin by `domain::access::redact_url`, a different rule: their path and query are secret.)
+pub fn redact_database_url(url: &str) -> String {
+    const HIDDEN: &str = "***";
+    fn hides(key: &str) -> bool {
+        url::form_urlencoded::parse(key.as_bytes())
+            .next()
+            .is_some_and(|(key, _)| key.to_ascii_lowercase().contains("password"))
+    }
+    fn redact_query(query: &str) -> String {
+        query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((key, _)) if hides(key) => format!("{key}={HIDDEN}"),
+                _ => pair.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("&")
+    }
+    match url::Url::parse(url) {
+        Ok(mut parsed) => {
+            if parsed.password().is_some() && parsed.set_password(Some(HIDDEN)).is_err() {
+                return HIDDEN.to_owned();
+            }
+            if let Some(query) = parsed.query().map(redact_query) {
+                parsed.set_query(Some(&query));
+            }
+            parsed.to_string()
+        }
+        Err(_) => {
+            let (mut head, query) = match url.split_once('?') {
+                Some((h, q)) => (h.to_owned(), Some(redact_query(q))),
+                None => (url.to_owned(), None),
+            };
+            if let (Some(s), Some(at)) = (head.find("://"), head.rfind('@'))
+                && at > s
+            {
+                head.replace_range(s + 3..at, HIDDEN);
+            }
+            match query {
+                Some(q) => format!("{head}?{q}"),
+                None => head,
+            }
+        }
+    }
+}
+
 /// Every setting; see `config/kairos.toml` for the documented defaults.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    pub database_url: String,
+    pub database_url: DatabaseUrl,
     pub database_max_connections: u32,
     pub listen: SocketAddr,
     pub node_id: String,
@@ -102,7 +195,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            database_url: "postgres://kairos:kairos@127.0.0.1:5432/kairos".to_owned(),
+            database_url: DatabaseUrl("postgres://kairos:kairos@127.0.0.1:5432/kairos".to_owned()),
             database_max_connections: 24,
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             node_id: default_node_id(),
@@ -532,6 +625,52 @@ mod tests {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
         Config::load_from(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn passwords_are_redacted_from_database_urls() {
+        let cases = [
+            (
+                "postgres://kairos:s3cret@db:5432/kairos",
+                "postgres://kairos:***@db:5432/kairos",
+            ),
+            ("postgres://db/kairos", "postgres://db/kairos"),
+            ("postgres://kairos@db/kairos", "postgres://kairos@db/kairos"),
+            (
+                "postgres://kairos@db/kairos?sslmode=require&password=s3cret",
+                "postgres://kairos@db/kairos?sslmode=require&password=***",
+            ),
+            (
+                "postgresql://u:p%40ss@[::1]:5433/db?PASSWORD=s3cret&sslpassword=s3cret&application_name=k",
+                "postgresql://u:***@[::1]:5433/db?PASSWORD=***&sslpassword=***&application_name=k",
+            ),
+            // Not a URL the parser takes (a bad port): the user info and password values still go.
+            (
+                "postgres://kairos:s3cret@db:99999/kairos?password=s3cret",
+                "postgres://***@db:99999/kairos?password=***",
+            ),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(redact_database_url(url), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn debug_does_not_show_the_database_password() {
+        let cfg = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            (
+                "DATABASE_URL",
+                "postgres://kairos:s3cret-user@db:5432/kairos?sslmode=require&password=s3cret-query",
+            ),
+        ])
+        .expect("valid");
+        let shown = format!("{cfg:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(
+            shown.contains("postgres://kairos:***@db:5432/kairos"),
+            "{shown}"
+        );
     }
 
     #[test]

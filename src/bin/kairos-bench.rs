@@ -142,7 +142,7 @@ async fn run(args: Args) -> Result<()> {
     println!(
         "kairos-bench on {} cores; PostgreSQL at {}",
         num_cpus(),
-        redact(&base)
+        kairos::config::redact_database_url(&base)
     );
 
     if wants(&args, "pgbench") {
@@ -228,13 +228,6 @@ fn num_cpus() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
-}
-
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}***{}", &url[..s + 3], &url[at..]),
-        _ => url.to_owned(),
-    }
 }
 
 /// A fresh database for one scenario, dropped when done.
