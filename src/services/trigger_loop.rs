@@ -564,7 +564,7 @@ impl TriggerLoop {
             let pass = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
-                r = self.run_once() => r,
+                r = super::bounded_pass(LOOP_NAME, self.run_once()) => r,
             };
             let sleep = match pass {
                 Ok(report) => {
@@ -611,7 +611,8 @@ impl TriggerLoop {
                     _ = tokio::time::sleep(COALESCE_WAKEUPS) => {}
                 }
                 let mut coalesced = 0u64;
-                while let Ok(Ok(_)) = tokio::time::timeout(Duration::from_millis(1), l.recv()).await
+                while let Ok(Ok(Some(_))) =
+                    tokio::time::timeout(Duration::from_millis(1), l.try_recv()).await
                 {
                     coalesced += 1;
                 }
@@ -671,10 +672,21 @@ async fn plan_batch(
     .map_err(|e| store::Error::Corrupt(format!("trigger planning task failed: {e}")))
 }
 
-/// Wait for a task-change notification; pending forever without a listener.
+/// Wait for a task-change notification; pending forever without a listener. A lost LISTEN
+/// connection also answers `true`: changes announced while it was gone were not heard, so a
+/// pass runs now (the listener reconnects, and listens again, on its next use).
 async fn recv(listener: &mut Option<PgListener>) -> Result<bool, sqlx::Error> {
     match listener {
-        Some(l) => l.recv().await.map(|_| true),
+        Some(l) => match l.try_recv().await? {
+            Some(_) => Ok(true),
+            None => {
+                tracing::warn!(
+                    reason = "LISTEN connection lost; task changes meanwhile were not heard",
+                    "trigger loop runs a pass now"
+                );
+                Ok(true)
+            }
+        },
         None => std::future::pending().await,
     }
 }
