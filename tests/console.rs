@@ -50,17 +50,66 @@ impl<'a> Browser<'a> {
         }
     }
 
+    /// Open the login form as a browser does: its CSRF cookie (`name=value`) and hidden field.
+    async fn login_form(&self) -> (String, String) {
+        let resp = self.get("/ui/login").await;
+        assert_eq!(resp.status().as_u16(), 200, "GET /ui/login");
+        let set = resp
+            .headers()
+            .get_all(SET_COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|v| v.starts_with("kairos_ui_login="))
+            .expect("the login form sets its CSRF cookie")
+            .to_owned();
+        assert!(set.contains("HttpOnly"), "{set}");
+        assert!(set.contains("SameSite=Strict"), "{set}");
+        let cookie = set.split(';').next().unwrap_or("").to_owned();
+        let html = resp.text().await.expect("body");
+        let marker = "name=\"csrf\" value=\"";
+        let start = html
+            .find(marker)
+            .expect("the login form carries a csrf field")
+            + marker.len();
+        let csrf = html[start..].split('"').next().unwrap_or("").to_owned();
+        (cookie, csrf)
+    }
+
+    /// POST the login form with `token`, as a browser that opened the form does.
+    async fn submit_login(&self, token: &str, extra: &[(&str, &str)]) -> Response {
+        let (cookie, csrf) = self.login_form().await;
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs([("token", token), ("csrf", csrf.as_str())])
+            .finish();
+        let mut req = self
+            .http
+            .post(self.app.url("/ui/login"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header(COOKIE, cookie)
+            .body(body);
+        for (k, v) in extra {
+            req = req.header(*k, *v);
+        }
+        req.send().await.expect("sent")
+    }
+
     async fn login(app: &'a TestApp, token: &str) -> Self {
         let mut b = Browser::new(app);
-        let resp = b.form("/ui/login", &[("token", token)]).await;
+        let resp = b.submit_login(token, &[]).await;
         assert_eq!(resp.status().as_u16(), 303, "login with a valid token");
-        let set = resp.headers()[SET_COOKIE]
-            .to_str()
-            .expect("ascii")
+        let set = resp
+            .headers()
+            .get_all(SET_COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|v| v.starts_with("kairos_ui="))
+            .expect("a session cookie")
             .to_owned();
         assert!(set.contains("HttpOnly"), "{set}");
         assert!(set.contains("SameSite=Strict"), "{set}");
         assert!(set.contains("Path=/ui"), "{set}");
+        // Plain HTTP, no proxy saying otherwise: a Secure cookie would never be sent back.
+        assert!(!set.contains("Secure"), "{set}");
         b.cookie = set.split(';').next().map(str::to_owned);
         b
     }
@@ -237,11 +286,15 @@ async fn sessions_start_with_a_valid_token_and_end_at_logout(pool: PgPool) {
     assert_eq!(resp.headers()[LOCATION], "/ui/login");
     assert!(anonymous.page("/ui/login").await.contains("id=\"token\""));
 
-    let resp = anonymous
-        .form("/ui/login", &[("token", "not-a-token-at-all")])
-        .await;
+    let resp = anonymous.submit_login("not-a-token-at-all", &[]).await;
     assert_eq!(resp.status().as_u16(), 401);
-    assert!(resp.headers().get(SET_COOKIE).is_none());
+    assert!(
+        resp.headers()
+            .get_all(SET_COOKIE)
+            .iter()
+            .all(|v| !v.to_str().unwrap_or("").starts_with("kairos_ui=")),
+        "no session for a bad token"
+    );
 
     // The API's bearer tokens do not open console pages, and the cookie does not open the API.
     let admin = Browser::login(&app, ADMIN).await;
@@ -260,6 +313,90 @@ async fn sessions_start_with_a_valid_token_and_end_at_logout(pool: PgPool) {
             .unwrap_or("")
             .contains("Max-Age=0")
     );
+}
+
+#[sqlx::test]
+async fn a_login_is_refused_without_the_login_form_s_csrf_token_and_accepted_with_it(pool: PgPool) {
+    let app = secured(pool).await;
+    let b = Browser::new(&app);
+    let session_of = |resp: &Response| {
+        resp.headers()
+            .get_all(SET_COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|v| v.starts_with("kairos_ui="))
+            .map(str::to_owned)
+    };
+    let post = |cookie: Option<String>, fields: Vec<(&'static str, String)>| {
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(fields)
+            .finish();
+        let mut req = b
+            .http
+            .post(app.url("/ui/login"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body);
+        if let Some(c) = cookie {
+            req = req.header(COOKIE, c);
+        }
+        req.send()
+    };
+    // A cross-site page can make a browser POST a token of the attacker's (login CSRF): with
+    // no token, a token without its cookie, or a cookie without its token, nobody logs in.
+    let (cookie, csrf) = b.login_form().await;
+    let (other_cookie, _) = b.login_form().await;
+    let refused = [
+        (None, vec![("token", ADMIN.to_owned())]),
+        (
+            None,
+            vec![("token", ADMIN.to_owned()), ("csrf", csrf.clone())],
+        ),
+        (Some(cookie.clone()), vec![("token", ADMIN.to_owned())]),
+        (
+            Some(other_cookie),
+            vec![("token", ADMIN.to_owned()), ("csrf", csrf.clone())],
+        ),
+        (
+            Some(cookie.clone()),
+            vec![("token", ADMIN.to_owned()), ("csrf", "forged".to_owned())],
+        ),
+    ];
+    for (cookie, fields) in refused {
+        let resp = post(cookie.clone(), fields.clone()).await.expect("sent");
+        assert_eq!(resp.status().as_u16(), 403, "{cookie:?} {fields:?}");
+        assert!(session_of(&resp).is_none(), "{cookie:?} {fields:?}");
+    }
+    let resp = post(
+        Some(cookie),
+        vec![("token", ADMIN.to_owned()), ("csrf", csrf)],
+    )
+    .await
+    .expect("sent");
+    assert_eq!(resp.status().as_u16(), 303);
+    assert!(session_of(&resp).is_some());
+}
+
+#[sqlx::test]
+async fn the_session_cookie_is_secure_when_the_console_is_reached_over_https(pool: PgPool) {
+    let app = secured(pool).await;
+    let b = Browser::new(&app);
+    // Behind a TLS-terminating proxy that says so.
+    let resp = b
+        .submit_login(ADMIN, &[("x-forwarded-proto", "https")])
+        .await;
+    assert_eq!(resp.status().as_u16(), 303);
+    let set = resp
+        .headers()
+        .get_all(SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("kairos_ui="))
+        .expect("a session cookie")
+        .to_owned();
+    assert!(set.split("; ").any(|a| a == "Secure"), "{set}");
+    let resp = b.get("/ui/login").await;
+    let form_cookie = resp.headers()[SET_COOKIE].to_str().unwrap_or("").to_owned();
+    assert!(!form_cookie.contains("Secure"), "{form_cookie}");
 }
 
 #[sqlx::test]

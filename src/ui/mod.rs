@@ -5,9 +5,18 @@
 //!
 //! # Sessions
 //! With `auth_tokens` configured, `/ui/login` takes a token and keeps it in the `kairos_ui`
-//! cookie (`HttpOnly; SameSite=Strict; Path=/ui`); every request re-authenticates it, so a token
-//! removed from the configuration logs its sessions out at the next restart. In open mode the
-//! console, like the API, answers only loopback `Host`s and `Origin`s, and everyone is admin.
+//! cookie (`HttpOnly; SameSite=Strict; Path=/ui`, and `Secure` when the request came over HTTPS:
+//! kairos serves plain HTTP, so that is a TLS-terminating proxy's `X-Forwarded-Proto: https`);
+//! every request re-authenticates it, so a token removed from the configuration logs its
+//! sessions out at the next restart. In open mode the console, like the API, answers only
+//! loopback `Host`s and `Origin`s, and everyone is admin.
+//!
+//! The login form is guarded against login CSRF (a foreign page logging the browser in under
+//! the attacker's token) by a double-submit token: the form sets a random value in the
+//! `kairos_ui_login` cookie (`Path=/ui/login`) and carries it in a hidden field; a login POST
+//! whose field and cookie differ, or lack either, is refused. A foreign page can make the
+//! browser POST but can neither read nor set that cookie. It works on every replica: nothing
+//! is kept on the server.
 //!
 //! # Forms
 //! Every action is a POST carrying a CSRF token: an HMAC of the session's token (in open mode,
@@ -31,6 +40,8 @@ use crate::http::error::ApiError;
 use crate::http::{AppState, RouteTable};
 
 pub const COOKIE: &str = "kairos_ui";
+/// The login form's double-submit CSRF cookie.
+pub const LOGIN_COOKIE: &str = "kairos_ui_login";
 const CSS: &str = include_str!("assets/app.css");
 const JS: &str = include_str!("assets/app.js");
 
@@ -159,14 +170,65 @@ pub type UiResult = Result<Response, UiError>;
 
 /// The session cookie's token, if any.
 fn cookie_token(headers: &HeaderMap) -> Option<String> {
+    cookie_value(headers, COOKIE)
+}
+
+/// The value of the request's cookie `name`, if any.
+fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
+        .find(|(n, _)| *n == name)
         .map(|(_, value)| percent_decode(value))
+}
+
+/// The request reached the console over HTTPS. kairos itself serves plain HTTP, so only a
+/// TLS-terminating proxy can say so: `X-Forwarded-Proto: https`, or `proto=https` in
+/// `Forwarded`. Believing a client that claims it is harmless: it only makes its own cookies
+/// `Secure`, which its browser then does not send back over plain HTTP.
+fn over_https(headers: &HeaderMap) -> bool {
+    let forwarded_proto = headers
+        .get_all("x-forwarded-proto")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .next()
+        .is_some_and(|p| p.trim().eq_ignore_ascii_case("https"));
+    let forwarded = headers
+        .get_all(header::FORWARDED)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .next()
+        .is_some_and(|first| {
+            first.split(';').any(|kv| {
+                kv.trim().split_once('=').is_some_and(|(k, v)| {
+                    k.trim().eq_ignore_ascii_case("proto")
+                        && v.trim().trim_matches('"').eq_ignore_ascii_case("https")
+                })
+            })
+        });
+    forwarded_proto || forwarded
+}
+
+/// The attributes of every console cookie.
+fn cookie_attributes(path: &str, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!("Path={path}; HttpOnly; SameSite=Strict{secure}")
+}
+
+/// A fresh random value (256 bits, hex).
+fn random_hex() -> String {
+    let a = uuid::Uuid::new_v4();
+    let b = uuid::Uuid::new_v4();
+    a.as_bytes()
+        .iter()
+        .chain(b.as_bytes())
+        .map(|x| format!("{x:02x}"))
+        .collect()
 }
 
 fn percent_decode(s: &str) -> String {
@@ -340,16 +402,22 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// The `Set-Cookie` value of a session holding `token`.
-fn session_cookie(token: &str) -> Option<HeaderValue> {
+fn session_cookie(token: &str, secure: bool) -> Option<HeaderValue> {
     let encoded: String = form_urlencoded::byte_serialize(token.as_bytes()).collect();
     HeaderValue::from_str(&format!(
-        "{COOKIE}={encoded}; Path=/ui; HttpOnly; SameSite=Strict"
+        "{COOKIE}={encoded}; {}",
+        cookie_attributes("/ui", secure)
     ))
     .ok()
 }
 
-fn clear_cookie() -> HeaderValue {
-    HeaderValue::from_static("kairos_ui=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0")
+/// The `Set-Cookie` value that ends cookie `name` of `path`.
+fn clear_cookie(name: &str, path: &str, secure: bool) -> Option<HeaderValue> {
+    HeaderValue::from_str(&format!(
+        "{name}=; {}; Max-Age=0",
+        cookie_attributes(path, secure)
+    ))
+    .ok()
 }
 
 /// The navigation's pages: (path, label).
@@ -428,31 +496,85 @@ fn html_response(markup: Markup) -> Response {
         .into_response()
 }
 
-/// Answer a login form: 303 to the overview with the session cookie, or the form again.
-pub(crate) fn login_response(state: &AppState, token: &str) -> Response {
+/// The login form with `message`, answered with `status`: a fresh double-submit CSRF value in
+/// its hidden field and in the `kairos_ui_login` cookie.
+pub(crate) fn login_form_response(
+    headers: &HeaderMap,
+    message: Option<&str>,
+    status: StatusCode,
+) -> Response {
+    let csrf = random_hex();
+    let mut resp = pages::login_page(message, &csrf);
+    *resp.status_mut() = status;
+    if let Ok(cookie) = HeaderValue::from_str(&format!(
+        "{LOGIN_COOKIE}={csrf}; {}",
+        cookie_attributes("/ui/login", over_https(headers))
+    )) {
+        resp.headers_mut().append(header::SET_COOKIE, cookie);
+    }
+    resp
+}
+
+/// Answer a login form: 303 to the overview with the session cookie, or the form again (403
+/// when its CSRF value does not match its cookie, 401 for an unknown token).
+pub(crate) fn login_response(
+    state: &AppState,
+    headers: &HeaderMap,
+    fields: &[(String, String)],
+) -> Response {
     if state.tokens.is_empty() {
         return Redirect::to("/ui/").into_response();
     }
-    match (state.tokens.authenticate(token), session_cookie(token)) {
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map_or("", |(_, v)| v.as_str())
+    };
+    let sent = field("csrf");
+    let expected = cookie_value(headers, LOGIN_COOKIE).unwrap_or_default();
+    if sent.is_empty() || !constant_time_eq(sent.as_bytes(), expected.as_bytes()) {
+        tracing::warn!(
+            reason = "missing or wrong CSRF token",
+            "console login refused"
+        );
+        return login_form_response(
+            headers,
+            Some("The login form expired or did not come from this console; log in again."),
+            StatusCode::FORBIDDEN,
+        );
+    }
+    let token = field("token").trim();
+    let secure = over_https(headers);
+    match (
+        state.tokens.authenticate(token),
+        session_cookie(token, secure),
+    ) {
         (Some(principal), Some(cookie)) => {
             tracing::info!(principal = %principal.label, "console login");
             let mut resp = Redirect::to("/ui/").into_response();
-            resp.headers_mut().insert(header::SET_COOKIE, cookie);
+            resp.headers_mut().append(header::SET_COOKIE, cookie);
+            if let Some(done) = clear_cookie(LOGIN_COOKIE, "/ui/login", secure) {
+                resp.headers_mut().append(header::SET_COOKIE, done);
+            }
             resp
         }
         _ => {
             tracing::warn!(reason = "unknown token", "console login refused");
-            let mut resp = pages::login_page(Some("That token is not valid.")).into_response();
-            *resp.status_mut() = StatusCode::UNAUTHORIZED;
-            resp
+            login_form_response(
+                headers,
+                Some("That token is not valid."),
+                StatusCode::UNAUTHORIZED,
+            )
         }
     }
 }
 
-pub(crate) fn logout_response() -> Response {
+pub(crate) fn logout_response(headers: &HeaderMap) -> Response {
     let mut resp = Redirect::to("/ui/login").into_response();
-    resp.headers_mut()
-        .insert(header::SET_COOKIE, clear_cookie());
+    if let Some(clear) = clear_cookie(COOKIE, "/ui", over_https(headers)) {
+        resp.headers_mut().insert(header::SET_COOKIE, clear);
+    }
     resp
 }
 
@@ -463,7 +585,7 @@ mod tests {
     #[test]
     fn cookie_tokens_are_read_back_and_csrf_depends_on_the_token() {
         let mut h = HeaderMap::new();
-        let cookie = session_cookie("s3cr3t;=x").expect("cookie");
+        let cookie = session_cookie("s3cr3t;=x", false).expect("cookie");
         let pair = cookie
             .to_str()
             .expect("ascii")
@@ -480,6 +602,27 @@ mod tests {
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(!constant_time_eq(b"abc", b"abd"));
         assert!(!constant_time_eq(b"abc", b"ab"));
+    }
+
+    #[test]
+    fn https_is_what_a_proxy_says_it_was() {
+        let with = |name: &'static str, value: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(name, HeaderValue::from_static(value));
+            over_https(&h)
+        };
+        assert!(!over_https(&HeaderMap::new()));
+        assert!(with("x-forwarded-proto", "https"));
+        assert!(with("x-forwarded-proto", "HTTPS, http"));
+        assert!(!with("x-forwarded-proto", "http"));
+        assert!(with(
+            "forwarded",
+            "for=192.0.2.1;proto=https;by=203.0.113.43"
+        ));
+        assert!(with("forwarded", "proto=\"https\""));
+        assert!(!with("forwarded", "proto=http, proto=https"));
+        let secure = session_cookie("t", true).expect("cookie");
+        assert!(secure.to_str().unwrap_or("").ends_with("; Secure"));
     }
 
     #[test]

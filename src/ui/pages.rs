@@ -90,7 +90,8 @@ fn query_string(pairs: &[(&str, Option<&str>)]) -> String {
 // ---------------------------------------------------------------------------------------------
 // Login.
 
-pub fn login_page(message: Option<&str>) -> Response {
+/// The login form; `csrf` is the value of its double-submit cookie.
+pub fn login_page(message: Option<&str>, csrf: &str) -> Response {
     super::bare_page(
         "Log in",
         html! {
@@ -99,6 +100,7 @@ pub fn login_page(message: Option<&str>) -> Response {
                 p { "Paste an API token. Viewer tokens see everything read-only; admin tokens can act; agent tokens see their agents." }
                 @if let Some(m) = message { p.flash.bad #flash { (m) } }
                 form method="post" action="/ui/login" {
+                    input type="hidden" name="csrf" value=(csrf);
                     label for="token" { "Token" }
                     input #token type="password" name="token" autocomplete="current-password" required autofocus;
                     button #login type="submit" { "Log in" }
@@ -108,11 +110,11 @@ pub fn login_page(message: Option<&str>) -> Response {
     )
 }
 
-pub async fn login_form(State(state): State<AppState>) -> Response {
+pub async fn login_form(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
     if state.tokens.is_empty() {
         return Redirect::to("/ui/").into_response();
     }
-    login_page(None)
+    super::login_form_response(&headers, None, axum::http::StatusCode::OK)
 }
 
 pub async fn login(
@@ -124,18 +126,17 @@ pub async fn login(
         return e.into_response();
     }
     let fields = super::parse_form(&body);
-    let token = fields
-        .iter()
-        .find(|(k, _)| k == "token")
-        .map_or("", |(_, v)| v.trim());
-    super::login_response(&state, token)
+    super::login_response(&state, &headers, &fields)
 }
 
 /// Logging out needs no admin role, only a same-origin form with the session's CSRF token; a
 /// request without a session just lands on the login page.
-pub async fn logout(form: Result<super::SessionForm, UiError>) -> Response {
+pub async fn logout(
+    headers: axum::http::HeaderMap,
+    form: Result<super::SessionForm, UiError>,
+) -> Response {
     match form {
-        Ok(_) | Err(UiError::Login) => super::logout_response(),
+        Ok(_) | Err(UiError::Login) => super::logout_response(&headers),
         Err(e) => e.into_response(),
     }
 }
