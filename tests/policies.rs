@@ -560,6 +560,54 @@ async fn a_manual_resume_after_the_breaker_starts_counting_afresh(pool: PgPool) 
 }
 
 #[sqlx::test]
+async fn a_resume_by_definition_after_the_breaker_starts_counting_afresh_as_resume_does(
+    pool: PgPool,
+) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let definition = |paused: bool| {
+        json!({"agent_id": "fa", "trigger": {"type": "manual"},
+               "execution": {"max_retries": 0, "concurrency_limit": 10},
+               "circuit_breaker": {"failure_threshold": 2}, "paused": paused})
+    };
+    app.put("/v1/tasks/flaky", definition(false)).await;
+    for k in 0..4 {
+        app.post(
+            "/v1/tasks/flaky/trigger",
+            json!({"window_key": format!("k{k}")}),
+        )
+        .await;
+    }
+    for _ in 0..2 {
+        let i = claim(&app, "fa", 1).await.remove(0);
+        fail(&app, &i).await;
+    }
+    let (_, task) = json(app.get("/v1/tasks/flaky").await).await;
+    assert_eq!(task["paused"], true, "{task}");
+    assert_eq!(task["consecutive_failures"], 2, "{task}");
+    let (status, task) = json(app.put("/v1/tasks/flaky", definition(false)).await).await;
+    assert_eq!(status, 200, "{task}");
+    assert_eq!(task["paused"], false, "{task}");
+    assert_eq!(task["paused_reason"], Value::Null, "{task}");
+    assert_eq!(task["consecutive_failures"], 0, "{task}");
+    // One more failure does not open the circuit again at once: the count starts afresh.
+    let i = claim(&app, "fa", 1).await.remove(0);
+    fail(&app, &i).await;
+    let (_, task) = json(app.get("/v1/tasks/flaky").await).await;
+    assert_eq!(task["paused"], false, "{task}");
+    assert_eq!(task["consecutive_failures"], 1, "{task}");
+
+    // A one-shot whose instant passed while it was paused does not fire, as on `POST /resume`.
+    let at = chrono::Utc::now() - chrono::Duration::seconds(5);
+    let once = |paused: bool| json!({"agent_id": "fa", "trigger": {"type": "once", "at": key(at)}, "paused": paused});
+    let (status, task) = json(app.put("/v1/tasks/once", once(true)).await).await;
+    assert_eq!(status, 201, "{task}");
+    let (status, task) = json(app.put("/v1/tasks/once", once(false)).await).await;
+    assert_eq!(status, 200, "{task}");
+    assert_eq!(task["paused"], false, "{task}");
+    assert_eq!(task["next_fire_at"], Value::Null, "{task}");
+}
+
+#[sqlx::test]
 async fn backfills_and_manual_windows_older_than_retention_are_refused(pool: PgPool) {
     let mut opts = kairos::app::Options::api_only("n1");
     opts.retention_days = 2;

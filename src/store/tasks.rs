@@ -274,8 +274,12 @@ pub async fn upsert_task(
                 return Ok((Upserted::Unchanged, current));
             }
             // A changed trigger, or a resume by definition, starts the schedule afresh from now;
-            // otherwise the cursor is the trigger loop's and is left alone.
-            let restart = current.spec.trigger != spec.trigger || pause_change == Some(false);
+            // otherwise the cursor is the trigger loop's and is left alone. A resume by
+            // definition is `POST …/resume`: the breaker's count starts afresh, and an unchanged
+            // trigger's next window is the one after now (paused time is not "missed").
+            let trigger_changed = current.spec.trigger != spec.trigger;
+            let resumed = pause_change == Some(false);
+            let restart = trigger_changed || resumed;
             let paused = pause_change.unwrap_or(current.paused);
             sqlx::query(
                 "update tasks set agent_id = $2, spec = $3, trigger_type = $4, \
@@ -283,6 +287,7 @@ pub async fn upsert_task(
                      paused_reason = case when $6 then coalesce(paused_reason, 'paused by task definition') end, \
                      paused_at = case when $6 then coalesce(paused_at, now()) end, \
                      resume_at = case when $6 then resume_at end, \
+                     consecutive_failures = case when $8 then 0 else consecutive_failures end, \
                      dispatch_mode = $7, version = version + 1, updated_at = now() \
                  where id = $1",
             )
@@ -293,11 +298,16 @@ pub async fn upsert_task(
             .bind(spec.trigger.upstream().map(TaskId::as_str))
             .bind(paused)
             .bind(spec.dispatch.mode())
+            .bind(resumed)
             .execute(&mut *tx)
             .await
             .map_err(map_db_error)?;
             if restart {
-                let next_fire_at = registered_fire_at(&spec.trigger, now)?;
+                let next_fire_at = if trigger_changed {
+                    registered_fire_at(&spec.trigger, now)?
+                } else {
+                    resumed_fire_at(&spec.trigger, now)?
+                };
                 set_next_fire_at(&mut tx, spec.id.as_str(), next_fire_at).await?;
             }
             if current.spec.agent_id != spec.agent_id {
