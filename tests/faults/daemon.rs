@@ -126,6 +126,10 @@ impl Drop for Kairos {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // Debugging aid: KAIROS_FAULTS_KEEP_LOG=<file> keeps the whole log of the daemon.
+        if let Ok(keep) = std::env::var("KAIROS_FAULTS_KEEP_LOG") {
+            let _ = std::fs::copy(&self.log, keep);
+        }
         if std::thread::panicking() {
             eprintln!(
                 "---- kairos log (last 40 lines) ----\n{}",
