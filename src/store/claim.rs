@@ -86,14 +86,28 @@ impl Claimed {
     }
 }
 
+/// A claimed instance as a claim (or a repeated claim's answer) reads it.
 #[derive(sqlx::FromRow)]
-struct ClaimedRow {
+pub(super) struct ClaimedRow {
     #[sqlx(flatten)]
     instance: InstanceRow,
     lease_token: Uuid,
     context: Json<Value>,
     dispatch: Option<Json<Value>>,
     timeout_seconds: i64,
+}
+
+impl TryFrom<ClaimedRow> for Claimed {
+    type Error = super::Error;
+    fn try_from(r: ClaimedRow) -> Result<Claimed> {
+        Ok(Claimed {
+            instance: r.instance.try_into()?,
+            lease_token: r.lease_token,
+            context: r.context.0,
+            dispatch: r.dispatch.map(|d| d.0),
+            timeout_seconds: r.timeout_seconds,
+        })
+    }
 }
 
 /// Whose work a claim takes.
@@ -324,18 +338,7 @@ async fn claim_dealt(
     }
     let claimed = rows
         .into_iter()
-        .map(|(k, r)| {
-            Ok((
-                k,
-                Claimed {
-                    instance: r.instance.try_into()?,
-                    lease_token: r.lease_token,
-                    context: r.context.0,
-                    dispatch: r.dispatch.map(|d| d.0),
-                    timeout_seconds: r.timeout_seconds,
-                },
-            ))
-        })
+        .map(|(k, r)| Ok((k, Claimed::try_from(r)?)))
         .collect::<Result<Vec<_>>>()?;
     Ok((claimed, head_unsettled))
 }

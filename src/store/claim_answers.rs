@@ -4,12 +4,11 @@
 //! and lease tokens instead of taking more. An answer is written in the claim's own
 //! transaction, and kept until the longest lease in it has passed.
 
-use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::claim::Claimed;
-use super::instances::{INSTANCE_COLUMNS, InstanceRow};
+use super::claim::{Claimed, ClaimedRow};
+use super::instances::INSTANCE_COLUMNS;
 use super::{Result, map_db_error};
 
 /// Longest `claim_id`, in characters.
@@ -47,16 +46,6 @@ pub async fn record(
     Ok(())
 }
 
-#[derive(sqlx::FromRow)]
-struct AnsweredRow {
-    #[sqlx(flatten)]
-    instance: InstanceRow,
-    lease_token: Uuid,
-    context: Json<serde_json::Value>,
-    dispatch: Option<Json<serde_json::Value>>,
-    timeout_seconds: i64,
-}
-
 /// The instances a recorded claim took that it still holds (RUNNING under the same lease
 /// tokens), as the first answer gave them; `None` when there is no such answer, or when none of
 /// its instances is still held (completed, given back, reaped): then a new claim is due.
@@ -66,7 +55,7 @@ pub async fn replay(
     worker_id: &str,
     claim_id: &str,
 ) -> Result<Option<Vec<Claimed>>> {
-    let rows: Vec<AnsweredRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let rows: Vec<ClaimedRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "select {INSTANCE_COLUMNS}, lease_token, context, dispatch, timeout_seconds from ( \
              select i.*, t.context || coalesce(i.context_override, '{{}}'::jsonb) as context, \
                  t.dispatch, \
@@ -97,15 +86,7 @@ pub async fn replay(
     }
     let claimed = rows
         .into_iter()
-        .map(|r| {
-            Ok(Claimed {
-                instance: r.instance.try_into()?,
-                lease_token: r.lease_token,
-                context: r.context.0,
-                dispatch: r.dispatch.map(|d| d.0),
-                timeout_seconds: r.timeout_seconds,
-            })
-        })
+        .map(Claimed::try_from)
         .collect::<Result<Vec<_>>>()?;
     Ok(Some(claimed))
 }
