@@ -449,3 +449,83 @@ async fn while_the_database_is_unreachable_calls_answer_503_within_seconds_and_r
         .expect("outages");
     assert_eq!(outages, 1, "the outage is recorded once");
 }
+
+#[sqlx::test]
+async fn a_throttled_attempt_waits_unspent_and_never_opens_the_circuit(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let (status, body) = json(
+        app.put(
+            "/v1/tasks/quota",
+            json!({"agent_id": "qa", "trigger": {"type": "manual"},
+                   "execution": {"max_retries": 1},
+                   "circuit_breaker": {"failure_threshold": 2}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    backlog(&pool, "quota", "qa", 1, 1, 2).await;
+    // Five 429s in a row: each sends the instance back, unspent, for retry_after_seconds.
+    for round in 0..5 {
+        sqlx::query("update task_instance set available_at = now() where task_id = 'quota'")
+            .execute(&pool)
+            .await
+            .expect("due now");
+        let got = claim(&app, "qa", "w", 1, json!({})).await;
+        assert_eq!(got.len(), 1, "round {round}: claimable again");
+        let (id, token) = (got[0]["id"].clone(), got[0]["lease_token"].clone());
+        let path = format!("/v1/instances/{}/fail", id.as_str().unwrap_or(""));
+        // Refused values change nothing: the instance stays RUNNING under its lease.
+        for bad in [
+            json!({"lease_token": token, "error": "429", "retry_after_seconds": 0}),
+            json!({"lease_token": token, "error": "429", "retry_after_seconds": 86_401}),
+            json!({"lease_token": token, "error": "429", "retry_after_seconds": 5,
+                   "hold_limit": "openai"}),
+        ] {
+            let (status, body) = json(app.post(&path, bad).await).await;
+            assert_eq!(status, 422, "{body}");
+            let (_, now) = json(
+                app.get(&format!("/v1/instances/{}", id.as_str().unwrap_or("")))
+                    .await,
+            )
+            .await;
+            assert_eq!(now["status"], "RUNNING");
+        }
+        let (status, body) = json(
+            app.post(
+                &path,
+                json!({"lease_token": token, "error": "HTTP 429 from the model API",
+                       "retry_after_seconds": 30, "retryable": false}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["status"], "PENDING", "{body}");
+        assert_eq!(body["attempt"], 1, "the attempt is not spent");
+        assert_eq!(body["error_kind"], "throttled");
+        let wait: f64 = sqlx::query_scalar(
+            "select extract(epoch from available_at - now())::float8 from task_instance \
+             where task_id = 'quota'",
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("available_at");
+        assert!(
+            (25.0..=31.0).contains(&wait),
+            "available in about 30 s: {wait}"
+        );
+        // Not claimable before its time.
+        assert!(claim(&app, "qa", "w", 1, json!({})).await.is_empty());
+    }
+    let (paused, failures): (bool, i32) =
+        sqlx::query_as("select paused, consecutive_failures from tasks where id = 'quota'")
+            .fetch_one(&pool)
+            .await
+            .expect("task");
+    assert_eq!(
+        (paused, failures),
+        (false, 0),
+        "a quota never opens the circuit"
+    );
+}

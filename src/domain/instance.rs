@@ -13,7 +13,8 @@
 //!     CANCELLED, SKIPPED ────────────────┘                                         ▼ not retryable
 //!                                                                                 DEAD
 //!   PENDING, RUNNING, FAILED ── operator cancel, overlap replace ──▶ CANCELLED
-//!   RUNNING ── given back (the claim's answer never reached its caller) ──▶ PENDING
+//!   RUNNING ── given back (the claim's answer never reached its caller), or throttled by its
+//!              holder (`fail` with `retry_after_seconds`: a quota refused it) ──▶ PENDING
 //! ```
 //!
 //! Who moves instances: the trigger loop and the API create them (PENDING or SKIPPED); claims move
@@ -152,6 +153,9 @@ pub enum Event {
     /// kairos took back a lease nobody could have used: the claim's answer never reached its
     /// caller (the caller went away, the connection was cut). The attempt is not spent.
     GiveBack,
+    /// The lease holder reported that a quota refused the attempt and when to try again
+    /// (`fail` with `retry_after_seconds`): not the task's failure, so the attempt is not spent.
+    Throttle,
     /// The lease holder failed, or the reaper found the lease expired or the run timed out.
     /// `give_up` is true when no attempts remain or the failure is not retryable.
     Fail { give_up: bool },
@@ -181,7 +185,7 @@ pub fn transition(
         (None, Event::MaterializeSkipped) => Some(Skipped),
         (Some(Pending), Event::Claim) => Some(Running),
         (Some(Running), Event::Complete) => Some(Success),
-        (Some(Running), Event::GiveBack) => Some(Pending),
+        (Some(Running), Event::GiveBack | Event::Throttle) => Some(Pending),
         (Some(Running), Event::Fail { give_up: false }) => Some(Failed),
         (Some(Running), Event::Fail { give_up: true }) => Some(Dead),
         (Some(Failed), Event::RetryDue) => Some(Pending),
@@ -264,12 +268,13 @@ mod tests {
     use super::*;
     use InstanceStatus::*;
 
-    const EVENTS: [Event; 10] = [
+    const EVENTS: [Event; 11] = [
         Event::Materialize,
         Event::MaterializeSkipped,
         Event::Claim,
         Event::Complete,
         Event::GiveBack,
+        Event::Throttle,
         Event::Fail { give_up: false },
         Event::Fail { give_up: true },
         Event::RetryDue,
@@ -285,6 +290,7 @@ mod tests {
             (Some(Pending), Event::Claim, Running),
             (Some(Running), Event::Complete, Success),
             (Some(Running), Event::GiveBack, Pending),
+            (Some(Running), Event::Throttle, Pending),
             (Some(Running), Event::Fail { give_up: false }, Failed),
             (Some(Running), Event::Fail { give_up: true }, Dead),
             (Some(Failed), Event::RetryDue, Pending),

@@ -227,6 +227,9 @@ async fn scoped_lease_holder(
     check_instance_agent(principal, id, &inst.agent_id)
 }
 
+/// Longest `retry_after_seconds` of a throttled `fail`: one day.
+const MAX_RETRY_AFTER_SECONDS: i64 = 86_400;
+
 async fn fail(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
@@ -237,7 +240,14 @@ async fn fail(
     scoped_lease_holder(&state, &principal, id).await?;
     let m = body_object(
         body,
-        &["lease_token", "error", "retryable", "retry_at_once"],
+        &[
+            "lease_token",
+            "error",
+            "retryable",
+            "retry_at_once",
+            "retry_after_seconds",
+            "hold_limit",
+        ],
     )?;
     let token = lease_token_field(&m)?;
     let error = string_field(&m, "error", true, MAX_ERROR_INPUT)?.unwrap_or_default();
@@ -251,6 +261,25 @@ async fn fail(
     // may start at once instead of after the task's backoff. A failure that is not retried
     // (`retryable: false`, or no attempts left) has no retry to hurry, so it changes nothing.
     let retry_at_once = flag("retry_at_once", false)?;
+    // A quota refused the attempt (an HTTP 429): it waits as PENDING, its attempt unspent.
+    let throttle_seconds = match m.get("retry_after_seconds") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(int_field(
+            &m,
+            "retry_after_seconds",
+            1,
+            1,
+            MAX_RETRY_AFTER_SECONDS,
+        )?),
+    };
+    // No limit exists for an instance to draw on yet, so none can be held: refused, with
+    // nothing written.
+    if let Some(name) = string_field(&m, "hold_limit", false, 128)? {
+        return Err(ApiError::invalid(
+            "hold_limit",
+            format!("the instance draws on no limit named {name:?}"),
+        ));
+    }
     let inst = state
         .group
         .fail(store_instances::FailureReport {
@@ -261,10 +290,16 @@ async fn fail(
             retry_at_once,
             error_kind: "agent",
             actor: None,
+            throttle_seconds,
         })
         .await
         .map_err(|e| not_found_instance(e, &id))?;
-    tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, status = %inst.status, retryable, retry_at_once, reason = %inst.error.as_deref().unwrap_or(""), "instance failed");
+    if throttle_seconds.is_some() {
+        metrics::counter!("kairos_throttled_total").increment(1);
+        tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, available_at = %inst.available_at, reason = %inst.error.as_deref().unwrap_or(""), "instance throttled; its attempt is not spent");
+    } else {
+        tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, status = %inst.status, retryable, retry_at_once, reason = %inst.error.as_deref().unwrap_or(""), "instance failed");
+    }
     Ok(Json(inst))
 }
 

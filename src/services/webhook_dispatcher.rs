@@ -356,6 +356,7 @@ impl WebhookDispatcher {
             retry_at_once,
             error_kind: "dispatch",
             actor: Some(self.actor()),
+            throttle_seconds: None,
         };
         match self.group.fail(report).await {
             Ok(after) => {

@@ -1,13 +1,16 @@
-//! Giving back leases nobody can use: RUNNING → PENDING under the lease token, the attempt not
-//! spent and nothing counted toward the circuit breaker, for claims whose answer never reached
-//! their caller (the request went away while its claim committed). Without it those rows would
-//! sit RUNNING until their leases expired and then cost an attempt each.
+//! RUNNING → PENDING under the lease token, the attempt not spent and nothing counted toward the
+//! circuit breaker:
+//! - giving back leases nobody can use: claims whose answer never reached their caller (the
+//!   request went away while its claim committed). Without it those rows would sit RUNNING until
+//!   their leases expired and then cost an attempt each;
+//! - throttled attempts: the holder reports that a quota refused the attempt and when to try
+//!   again (`fail` with `retry_after_seconds`); the instance waits until then.
 
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::CLOSE_ATTEMPT_EVENTS;
-use crate::domain::instance::Event;
+use super::{CLOSE_ATTEMPT_EVENTS, INSTANCE_COLUMNS, InstanceRow};
+use crate::domain::instance::{Event, Instance};
 use crate::store::{Result, SourceIs, map_db_error, notify_work_of};
 
 /// `(i.status || '') = 'RUNNING'`: the rows a give-back moves are the sources of its event,
@@ -71,6 +74,71 @@ pub async fn give_back(
     Ok(rows)
 }
 
+/// `(i.status || '') = 'RUNNING'`: the rows a throttle moves, looked up by id.
+const THROTTLE_BY_ID: SourceIs = SourceIs::new("(i.status || '')", Event::Throttle);
+
+/// One throttled attempt reported by its lease holder.
+#[derive(Debug, Clone)]
+pub struct Throttled {
+    pub id: Uuid,
+    pub lease_token: Uuid,
+    /// When to try again, from now.
+    pub retry_after_seconds: i64,
+    pub error: String,
+}
+
+/// Record throttled attempts in the caller's transaction: each a compare-and-swap on (id,
+/// RUNNING, token) to PENDING, available `retry_after_seconds` from now, with the same attempt,
+/// `error_kind: throttled` and the holder's error text, and an event. The task's failure count
+/// is left alone. Returns the instances written.
+pub(in crate::store) async fn record_throttled(
+    conn: &mut PgConnection,
+    items: &[Throttled],
+    actor: &str,
+) -> Result<Vec<Instance>> {
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<Uuid> = items.iter().map(|t| t.id).collect();
+    let tokens: Vec<Uuid> = items.iter().map(|t| t.lease_token).collect();
+    let secs: Vec<f64> = items.iter().map(|t| t.retry_after_seconds as f64).collect();
+    let errors: Vec<&str> = items.iter().map(|t| t.error.as_str()).collect();
+    let rows: Vec<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "with f as ( \
+             select * from unnest($1::uuid[], $2::uuid[], $3::float8[], $4::text[]) \
+                 as f(id, token, secs, error) \
+         ), old as ( \
+             select id, claimed_by from task_instance where id = any($1) \
+         ), upd as ( \
+             update task_instance i set status = 'PENDING', lease_token = null, \
+                 lease_expires_at = null, deadline_at = null, claimed_by = null, \
+                 available_at = now() + make_interval(secs => f.secs), \
+                 error = f.error, error_kind = 'throttled', reported_lease_token = f.token, \
+                 updated_at = now() \
+             from f, old where i.id = f.id and old.id = i.id and {THROTTLE_BY_ID} \
+                 and i.lease_token = f.token \
+             returning i.*, old.claimed_by as old_claimed_by \
+         ), ev as ( \
+             {CLOSE_ATTEMPT_EVENTS} \
+             select id, attempt, 'RUNNING', 'PENDING', $5, \
+                 'throttled: ' || left(error, 512), \
+                 now(), 1 \
+             from upd \
+             ) x order by instance_id, o \
+         ) \
+         select {INSTANCE_COLUMNS} from upd"
+    )))
+    .bind(&ids)
+    .bind(&tokens)
+    .bind(&secs)
+    .bind(&errors)
+    .bind(actor)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    rows.into_iter().map(Instance::try_from).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,5 +146,6 @@ mod tests {
     #[test]
     fn a_give_back_moves_only_running_rows() {
         assert_eq!(GIVE_BACK_BY_ID.to_string(), "(i.status || '') = 'RUNNING'");
+        assert_eq!(THROTTLE_BY_ID.to_string(), GIVE_BACK_BY_ID.to_string());
     }
 }

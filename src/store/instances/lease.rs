@@ -312,6 +312,9 @@ pub struct FailureReport {
     pub error_kind: &'static str,
     /// Who reports it (the event actor); `agent:<worker_id>` of the lease holder when `None`.
     pub actor: Option<String>,
+    /// `retry_after_seconds`: a quota refused the attempt; it waits this long as PENDING with
+    /// its attempt unspent, and is no failure of the task ([`super::record_throttled`]).
+    pub throttle_seconds: Option<i64>,
 }
 
 /// Record many reported failures in the caller's transaction: each locks its RUNNING row
@@ -351,10 +354,26 @@ pub(in crate::store) async fn fail_in(
     // attempt finds nothing.
     let mut unplanned: HashMap<(Uuid, Uuid), &RunningAttempt> =
         running.iter().map(|a| ((a.id, a.lease_token), a)).collect();
+    let mut throttled: Vec<(String, super::Throttled)> = Vec::new();
     for item in items {
         let Some(a) = unplanned.remove(&(item.id, item.lease_token)) else {
             continue;
         };
+        if let Some(secs) = item.throttle_seconds {
+            let actor = item.actor.clone().unwrap_or_else(|| {
+                format!("agent:{}", a.worker_id.as_deref().unwrap_or("unknown"))
+            });
+            throttled.push((
+                actor,
+                super::Throttled {
+                    id: a.id,
+                    lease_token: a.lease_token,
+                    retry_after_seconds: secs,
+                    error: item.error.clone(),
+                },
+            ));
+            continue;
+        }
         let mut failure = a.plan_failure(
             item.retryable,
             &item.error,
@@ -374,6 +393,14 @@ pub(in crate::store) async fn fail_in(
         }
     }
     let mut written = Vec::new();
+    for (actor, one) in throttled {
+        for inst in super::record_throttled(conn, std::slice::from_ref(&one), &actor).await? {
+            written.push(Written {
+                token: one.lease_token,
+                instance: inst,
+            });
+        }
+    }
     for (actor, failures) in by_actor {
         let tokens: HashMap<Uuid, Uuid> = failures.iter().map(|f| (f.id, f.lease_token)).collect();
         for inst in record_failures(conn, &failures, &actor, ReportedBy::Holder).await? {

@@ -51,7 +51,8 @@ pub use backfill::{Backfill, BackfillReport, Reprocess, backfill};
 pub use failures::{
     ReportedBy, RunningAttempt, lock_expired, record_failures, renew_after_outage, retry_due,
 };
-pub use give_back::{GivenBack, give_back};
+pub(in crate::store) use give_back::record_throttled;
+pub use give_back::{GivenBack, Throttled, give_back};
 pub use lease::{Completion, FailureReport, LeaseExtension, queued_work_sql};
 pub(in crate::store) use lease::{
     Report, Written, answer_each, complete_in, fail_in, heartbeat_in,
