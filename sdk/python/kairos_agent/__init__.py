@@ -51,7 +51,7 @@ from .models import (
     once,
 )
 from .webhook import WebhookReceiver, WebhookStats, sign, verify_signature
-from .worker import Fatal, Handler, Retryable, Worker, WorkerStats
+from .worker import Fatal, Handler, Retryable, Throttled, Worker, WorkerStats
 
 __version__ = "0.1.0"
 
@@ -89,6 +89,7 @@ __all__ = [
     "Stale",
     "Task",
     "TaskSpec",
+    "Throttled",
     "TooLarge",
     "TransportError",
     "Trigger",

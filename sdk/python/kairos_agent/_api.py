@@ -255,10 +255,12 @@ def complete_many_encoded(body: bytes) -> Call[List[CompletionResult]]:
 
 
 def fail(instance_id: str, lease_token: str, error: str, retryable: bool,
-         retry_at_once: bool = False) -> Call[Instance]:
+         retry_at_once: bool = False, retry_after_seconds: Optional[int] = None) -> Call[Instance]:
     body: Dict[str, Any] = {"lease_token": lease_token, "error": error, "retryable": retryable}
     if retry_at_once:
         body["retry_at_once"] = True
+    if retry_after_seconds is not None:
+        body["retry_after_seconds"] = retry_after_seconds
     return Call(
         "POST",
         f"/v1/instances/{_seg(instance_id)}/fail",

@@ -278,11 +278,18 @@ class Client:
         return self._do(_api.complete_many(items))
 
     def fail(self, instance_id: str, lease_token: str, error: str, *, retryable: bool = True,
-             retry_at_once: bool = False) -> Instance:
+             retry_at_once: bool = False, retry_after_seconds: Optional[int] = None) -> Instance:
         """End the attempt: FAILED (retried after the backoff, or at once with
         ``retry_at_once=True``: an attempt given back, e.g. at shutdown) or DEAD
-        (``retryable=False`` or no attempts left)."""
-        return self._do(_api.fail(instance_id, lease_token, error, retryable, retry_at_once))
+        (``retryable=False`` or no attempts left).
+
+        ``retry_after_seconds`` (1-86400) reports the attempt *throttled* instead: a quota
+        refused it (an HTTP 429 from a model API, say). The instance goes back to PENDING,
+        due that many seconds from now, with the same ``attempt`` (not spent) and
+        ``error_kind: "throttled"``; the task's circuit breaker counts nothing, and
+        ``retryable``/``retry_at_once`` do not apply. Out of range:
+        :class:`~kairos_agent.errors.Invalid`, and the instance stays RUNNING under its lease."""
+        return self._do(_api.fail(instance_id, lease_token, error, retryable, retry_at_once, retry_after_seconds))
 
 
 class AsyncClient:
@@ -474,5 +481,7 @@ class AsyncClient:
         return await self._do(_api.complete_many_encoded(body))
 
     async def fail(self, instance_id: str, lease_token: str, error: str, *, retryable: bool = True,
-                   retry_at_once: bool = False) -> Instance:
-        return await self._do(_api.fail(instance_id, lease_token, error, retryable, retry_at_once))
+                   retry_at_once: bool = False, retry_after_seconds: Optional[int] = None) -> Instance:
+        return await self._do(
+            _api.fail(instance_id, lease_token, error, retryable, retry_at_once, retry_after_seconds)
+        )

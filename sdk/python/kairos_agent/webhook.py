@@ -13,7 +13,9 @@ attempt (retryable, ``error_kind: dispatch``).
 seconds, else ``202`` and reports through the callbacks when it does finish (heartbeating
 meanwhile). Raising :class:`~kairos_agent.Fatal` needs the callback too (an answer can only
 fail an attempt retryably), so a fatal failure is answered ``202`` and reported with
-``retryable: false``.
+``retryable: false``; so is :class:`~kairos_agent.Throttled`, reported with
+``retry_after_seconds`` (the instance waits as PENDING, its attempt unspent, and is pushed
+again after the wait).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import httpx
 from . import _api
 from .errors import KairosError, NotFound, Stale
 from .models import ClaimedInstance
-from .worker import MAX_RESULT_BYTES, Fatal, Handler, _error_text, _is_async
+from .worker import MAX_RESULT_BYTES, Fatal, Handler, Throttled, _error_text, _is_async
 
 __all__ = ["WebhookReceiver", "WebhookStats", "sign", "verify_signature"]
 
@@ -107,8 +109,11 @@ class WebhookStats:
     answered_success: int = 0
     #: Answered 500: the handler failed retryably within ``respond_within``.
     answered_failure: int = 0
-    #: Answered 202 (long work, or a fatal failure to report).
+    #: Answered 202 (long work, or a fatal or throttled outcome to report).
     accepted: int = 0
+    #: Handlers that raised :class:`~kairos_agent.Throttled`: reported through the fail
+    #: callback with ``retry_after_seconds``.
+    throttled: int = 0
     #: Reports made through the callbacks that kairos recorded.
     callbacks_recorded: int = 0
     #: Callback reports refused with 409: the lease was lost.
@@ -127,7 +132,8 @@ class WebhookReceiver:
     :param handler: called with the pushed :class:`~kairos_agent.ClaimedInstance`; plain
         functions run in a thread, ``async def`` on the event loop. Return the result; raise
         :class:`~kairos_agent.Retryable` (or anything) to fail the attempt retryably,
-        :class:`~kairos_agent.Fatal` to fail it for good.
+        :class:`~kairos_agent.Fatal` to fail it for good, :class:`~kairos_agent.Throttled` to
+        have it pushed again after a wait with its attempt unspent.
     :param secret: the task's ``dispatch.secret``.
     :param token: a bearer token allowed for the instance's agent, sent with callbacks.
     :param respond_within: seconds to wait for the handler before answering ``202`` and
@@ -218,6 +224,16 @@ class WebhookReceiver:
             self.stats.answered_success += 1
             return 200, {"status": "success", "result": outcome.result}
         error = outcome.error
+        if outcome.retry_after is not None:
+            # Only a callback can report a throttled attempt (an answer fails it, spending it).
+            self.stats.accepted += 1
+            self.stats.throttled += 1
+            log.info("%s throttled, to be pushed again in %ds: %s; answering 202 and reporting it through the "
+                     "fail callback", what, outcome.retry_after, error)
+            self._detach(self._report(instance, callbacks, "fail", {
+                "lease_token": instance.lease_token, "error": error, "retry_after_seconds": outcome.retry_after,
+            }))
+            return 202, {"status": "accepted"}
         if outcome.retryable:
             self.stats.answered_failure += 1
             log.warning("%s failed (retryable): %s", what, error)
@@ -247,6 +263,14 @@ class WebhookReceiver:
         if outcome.ok:
             await self._report(instance, callbacks, "complete",
                                {"lease_token": instance.lease_token, "result": outcome.result})
+        elif outcome.retry_after is not None:
+            self.stats.throttled += 1
+            log.info("%s throttled, to be pushed again in %ds: %s", _describe(instance), outcome.retry_after,
+                     outcome.error)
+            await self._report(instance, callbacks, "fail", {
+                "lease_token": instance.lease_token, "error": outcome.error,
+                "retry_after_seconds": outcome.retry_after,
+            })
         else:
             log.warning("%s failed (%s): %s", _describe(instance), "retryable" if outcome.retryable else "fatal",
                         outcome.error)
@@ -334,12 +358,16 @@ class _Outcome:
     result: Any = None
     error: str = ""
     retryable: bool = True
+    #: Set when the handler raised Throttled: the ``retry_after_seconds`` to report.
+    retry_after: Optional[int] = None
 
 
 def _outcome(fut: "asyncio.Future[Any]") -> _Outcome:
     if fut.cancelled():
         return _Outcome(False, error="the handler was cancelled")
     exc = fut.exception()
+    if isinstance(exc, Throttled):
+        return _Outcome(False, error=_error_text(exc), retry_after=exc.retry_after_seconds)
     if exc is not None:
         return _Outcome(False, error=_error_text(exc), retryable=not isinstance(exc, Fatal))
     result = fut.result()

@@ -12,6 +12,9 @@ The rules it keeps:
 * Raising :class:`Fatal` fails the attempt with ``retryable: false`` (the instance goes DEAD);
   raising :class:`Retryable`, or any other exception, fails it with ``retryable: true`` (FAILED,
   retried after the task's backoff while attempts remain).
+* Raising :class:`Throttled` (a quota refused the work: an HTTP 429 from a model API) reports
+  the attempt throttled, ``retry_after_seconds = ceil(after)`` (1 to 86400): the instance waits
+  as PENDING that long with its attempt unspent, and the task's circuit breaker counts nothing.
 * A lost lease (``409`` on a heartbeat, the completion or the failure report: the lease was
   reaped, the instance cancelled, or another attempt holds it) sets ``instance.lease_lost``,
   drops the handler's result, and is logged and counted in :attr:`Worker.stats`; it is never
@@ -34,6 +37,7 @@ import asyncio
 import inspect
 import json
 import logging
+import math
 import os
 import queue
 import random
@@ -63,7 +67,7 @@ from .errors import (
 )
 from .models import ClaimedInstance, CompletionResult
 
-__all__ = ["Fatal", "Handler", "Retryable", "Worker", "WorkerStats"]
+__all__ = ["Fatal", "Handler", "Retryable", "Throttled", "Worker", "WorkerStats"]
 
 log = logging.getLogger("kairos_agent.worker")
 
@@ -76,6 +80,9 @@ MAX_RESULT_BYTES = 65536
 MAX_BATCH_BODY_BYTES = 200_000
 #: The server stores errors cut to 4096 bytes; longer text is not sent.
 MAX_ERROR_CHARS = 4000
+#: Bounds of a throttled attempt's wait (the server's ``retry_after_seconds``).
+MIN_THROTTLE_SECONDS = 1
+MAX_THROTTLE_SECONDS = 86400
 #: How long the worker keeps trying to report the outcomes it holds once shutdown is under way.
 REPORT_TIMEOUT = 10.0
 #: How long a claim waits for more handlers to finish once one has (seconds).
@@ -95,6 +102,40 @@ class Fatal(Exception):
     """Fail this attempt for good: ``retryable: false``, the instance goes DEAD at once."""
 
 
+class Throttled(Exception):
+    """This attempt was throttled, not failed: a quota refused it (an HTTP 429 from a model
+    API, say), and it may be tried again in ``after`` seconds (its ``Retry-After``).
+
+    The worker reports it with ``retry_after_seconds = ceil(after)``, kept within 1 to 86400:
+    the instance goes back to PENDING until then with the same ``attempt`` (not spent),
+    ``error_kind: "throttled"`` and ``reason`` as its error, and the task's circuit breaker
+    counts nothing. Counted in :attr:`WorkerStats.throttled`, not ``failed``.
+
+    ``after`` is a number of seconds: 0 or less waits the least (1 s), ``inf`` the most
+    (a day); NaN is refused with :class:`ValueError`.
+    """
+
+    def __init__(self, after: float, reason: str = "rate limited") -> None:
+        after = float(after)
+        if math.isnan(after):
+            raise ValueError("Throttled(after=...) must be a number of seconds, not NaN")
+        super().__init__(reason)
+        self.after = after
+        self.reason = reason
+
+    @property
+    def retry_after_seconds(self) -> int:
+        """The whole seconds reported: ``ceil(after)``, kept within 1 to 86400."""
+        if self.after <= MIN_THROTTLE_SECONDS:
+            return MIN_THROTTLE_SECONDS
+        if self.after >= MAX_THROTTLE_SECONDS:
+            return MAX_THROTTLE_SECONDS
+        return min(MAX_THROTTLE_SECONDS, math.ceil(self.after))
+
+    def __repr__(self) -> str:
+        return f"Throttled(after={self.after!r}, reason={self.reason!r})"
+
+
 @dataclass
 class WorkerStats:
     """What a worker did. Updated on the worker's event loop; safe to read from any thread."""
@@ -107,6 +148,9 @@ class WorkerStats:
     succeeded: int = 0
     #: Failure reports the server accepted (the instance went FAILED or DEAD).
     failed: int = 0
+    #: Throttled attempts the server accepted (:class:`Throttled`: the instance waits as
+    #: PENDING, its attempt unspent); not counted in ``failed``.
+    throttled: int = 0
     #: Attempts whose lease was found lost (a 409 on a heartbeat, completion or failure).
     lease_lost: int = 0
     #: 409 answers to completions (each also counted in ``lease_lost``).
@@ -238,7 +282,7 @@ def _is_async(handler: Handler) -> bool:
 
 
 def _error_text(exc: BaseException) -> str:
-    if isinstance(exc, (Retryable, Fatal)) and str(exc):
+    if isinstance(exc, (Retryable, Fatal, Throttled)) and str(exc):
         text = str(exc)
     else:
         text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -581,6 +625,10 @@ class Worker:
                 )
                 return
             self._queue_success(job, result)
+        elif isinstance(exc, Throttled):
+            log.info("%s throttled, to be tried again in %ds: %s", job.describe(), exc.retry_after_seconds,
+                     _error_text(exc))
+            self._report_failure(job, _error_text(exc), retryable=True, retry_after=exc.retry_after_seconds)
         elif isinstance(exc, Fatal):
             log.warning("%s failed (fatal, will not be retried): %s", job.describe(), _error_text(exc))
             self._report_failure(job, _error_text(exc), retryable=False)
@@ -629,31 +677,36 @@ class Worker:
         tasks.add(t)
         t.add_done_callback(tasks.discard)
 
-    def _report_failure(self, job: _Job, error: str, *, retryable: bool, at_once: bool = False) -> None:
-        self._spawn(self._send_failure(job, error, retryable, at_once))
+    def _report_failure(self, job: _Job, error: str, *, retryable: bool, at_once: bool = False,
+                        retry_after: Optional[int] = None) -> None:
+        self._spawn(self._send_failure(job, error, retryable, at_once, retry_after))
 
-    async def _send_failure(self, job: _Job, error: str, retryable: bool, at_once: bool = False) -> None:
+    async def _send_failure(self, job: _Job, error: str, retryable: bool, at_once: bool = False,
+                            retry_after: Optional[int] = None) -> None:
+        """Report a failed attempt, or with ``retry_after`` a throttled one; sent again under
+        the same lease token while it gets no answer (see :meth:`_report_pause`)."""
         i = job.instance
+        kind = "failure" if retry_after is None else "throttle report"
         failures = 0
         job.reporting = True
         try:
             while True:
                 try:
                     after = await self._client.fail(i.id, i.lease_token, error, retryable=retryable,
-                                                    retry_at_once=at_once)
+                                                    retry_at_once=at_once, retry_after_seconds=retry_after)
                 except Stale as e:
                     self.stats.fail_conflicts += 1
-                    self._lease_lost(job, f"failure report answered 409: {e.detail}")
-                    log.warning("failure of %s not recorded: lease lost (%s)", job.describe(), e.detail)
+                    self._lease_lost(job, f"{kind} answered 409: {e.detail}")
+                    log.warning("%s of %s not recorded: lease lost (%s)", kind, job.describe(), e.detail)
                     return
                 except NotFound as e:
                     self.stats.request_errors += 1
-                    log.error("failure of %s not recorded: the instance no longer exists (%s)", job.describe(), e.detail)
+                    log.error("%s of %s not recorded: the instance no longer exists (%s)", kind, job.describe(), e.detail)
                     return
                 except (Unauthorized, Invalid) as e:
                     self.stats.request_errors += 1
-                    log.error("failure of %s refused: %s; its lease will expire and the reaper retries it",
-                              job.describe(), e)
+                    log.error("%s of %s refused: %s; its lease will expire and the reaper retries it",
+                              kind, job.describe(), e)
                     return
                 except KairosError as e:
                     # No answer, or 503/429: the failure may have been recorded all the same;
@@ -662,12 +715,17 @@ class Worker:
                     self.stats.request_errors += 1
                     pause = self._report_pause(e, failures, job.lease_until)
                     if pause is None:
-                        log.error("failure of %s not recorded after %d tries: %s; its lease will expire",
-                                  job.describe(), failures, e)
+                        log.error("%s of %s not recorded after %d tries: %s; its lease will expire",
+                                  kind, job.describe(), failures, e)
                         return
-                    log.warning("failure report of %s failed: %s; retrying in %.1fs", job.describe(), e, pause)
+                    log.warning("%s of %s failed: %s; retrying in %.1fs", kind, job.describe(), e, pause)
                     await asyncio.sleep(pause)
                     continue
+                if retry_after is not None:
+                    self.stats.throttled += 1
+                    log.info("%s recorded as throttled: %s again at %s, attempt %d unspent: %s",
+                             job.describe(), after.status, after.available_at.isoformat(), after.attempt, error)
+                    return
                 self.stats.failed += 1
                 log.info("%s recorded as %s (retryable %s, available at %s): %s",
                          job.describe(), after.status, retryable, after.available_at.isoformat(), error)

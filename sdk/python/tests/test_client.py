@@ -137,6 +137,54 @@ def test_agent_calls_claim_heartbeat_complete_fail(kairos: Kairos) -> None:
         assert dead.status == "DEAD" and dead.finished_at is not None
 
 
+def test_fail_with_retry_after_seconds_throttles_the_attempt_unspent(kairos: Kairos) -> None:
+    with kairos.client() as admin, kairos.client(kairos.agent_token) as agent:
+        # No retries and a breaker that opens on one failure: a throttle spending the attempt
+        # would leave it DEAD, one counted as a failure would pause the task.
+        admin.put_task(TaskSpec(id="quota", agent_id="agent_q", trigger=manual(),
+                                execution={"concurrency_limit": 10, "max_retries": 0},
+                                circuit_breaker={"failure_threshold": 1}))
+        first, second = admin.trigger("quota").id, admin.trigger("quota").id
+        [a, b] = agent.claim("agent_q", "wq", max_instances=2, lease_seconds=30)
+        assert {a.id, b.id} == {first, second} and a.attempt == 1
+
+        # Out of range: refused naming the field, and nothing changes.
+        for bad in (0, 86_401):
+            with pytest.raises(Invalid) as invalid:
+                agent.fail(a.id, a.lease_token, "HTTP 429", retry_after_seconds=bad)
+            assert invalid.value.status == 422
+            assert [e.field for e in invalid.value.errors] == ["retry_after_seconds"]
+            assert admin.get_instance(a.id).status == "RUNNING"
+
+        sent = datetime.now(timezone.utc)
+        throttled = agent.fail(a.id, a.lease_token, "HTTP 429 from the model API", retry_after_seconds=30)
+        assert throttled.status == "PENDING"
+        assert throttled.attempt == a.attempt == 1, "the attempt is not spent"
+        assert throttled.error_kind == "throttled" and throttled.error == "HTTP 429 from the model API"
+        wait = (throttled.available_at - sent).total_seconds()
+        assert 25 <= wait <= 35, f"available in about 30 s, not {wait:.1f}"
+        # Sent again under the same token (its answer lost): answered as the first was.
+        again = agent.fail(a.id, a.lease_token, "HTTP 429 from the model API", retry_after_seconds=30)
+        assert (again.status, again.attempt, again.available_at) == ("PENDING", 1, throttled.available_at)
+        with pytest.raises(Stale):
+            agent.heartbeat(a.id, a.lease_token)
+        # Not claimable before its time.
+        assert agent.claim("agent_q", "wq", max_instances=2, wait_seconds=0) == []
+        events = admin.get_instance(a.id).events
+        assert (events[-1].from_, events[-1].to, events[-1].attempt) == ("RUNNING", "PENDING", 1)
+        assert events[-1].reason == "throttled: HTTP 429 from the model API"
+
+        # The async client passes it too.
+        async def throttle_b() -> None:
+            async with kairos.async_client(kairos.agent_token) as aagent:
+                got = await aagent.fail(b.id, b.lease_token, "quota", retry_after_seconds=1)
+                assert (got.status, got.attempt, got.error_kind) == ("PENDING", 1, "throttled")
+
+        asyncio.run(throttle_b())
+        task = admin.get_task("quota")
+        assert task.consecutive_failures == 0 and not task.paused, "a quota never opens the circuit"
+
+
 def test_a_claim_sent_again_with_its_claim_id_gets_the_same_instances_and_tokens(kairos: Kairos) -> None:
     with kairos.client() as admin, kairos.client(kairos.agent_token) as agent:
         admin.put_task(TaskSpec(id="cj", agent_id="agent_cid", trigger=manual(),

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Tuple
 import uvicorn
 
 from conftest import Kairos, eventually, free_port
-from kairos_agent import ClaimedInstance, Fatal, TaskSpec, WebhookReceiver, manual, sign, verify_signature
+from kairos_agent import ClaimedInstance, Fatal, TaskSpec, Throttled, WebhookReceiver, manual, sign, verify_signature
 from kairos_agent.webhook import ASGIReceive, ASGIScope, ASGISend
 
 SECRET = "push-signing-key-0001"
@@ -148,6 +148,39 @@ def test_receiver_answers_inline_or_202_with_callbacks_and_fails_fatal_for_good(
     s = receiver.stats
     assert (s.received, s.answered_success, s.answered_failure, s.accepted) == (4, 1, 1, 2)
     assert s.callbacks_recorded == 2 and s.lease_lost == 0 and s.bad_signature == 0
+
+
+def test_receiver_reports_throttled_through_the_fail_callback_and_is_pushed_again(kairos: Kairos) -> None:
+    pushes: List[Tuple[str, int]] = []
+
+    async def handler(instance: ClaimedInstance) -> Any:
+        pushes.append((instance.window_key, instance.attempt))
+        if [k for k, _ in pushes].count(instance.window_key) == 1:
+            if instance.window_key == "slow":
+                await asyncio.sleep(1.0)  # past respond_within: reported by the later callback
+            raise Throttled(after=1, reason=f"HTTP 429 ({instance.window_key})")
+        return {"window": instance.window_key}
+
+    receiver = WebhookReceiver(handler, SECRET, token=kairos.agent_token, respond_within=0.5)
+    with Served(receiver) as served:
+        # No retries: a throttle that spent the attempt would leave the instance DEAD.
+        _webhook_task(kairos, "pushed_quota", f"{served.url}/", max_retries=0)
+        with kairos.client() as c:
+            ids = {k: c.trigger("pushed_quota", window_key=k).id for k in ("quick", "slow")}
+            eventually(lambda: all(c.get_instance(i).status in ("SUCCESS", "DEAD") for i in ids.values()),
+                       "both pushes settled", timeout=30)
+            got = {k: c.get_instance(i) for k, i in ids.items()}
+        assert asyncio.run_coroutine_threadsafe(receiver.wait_idle(5), _loop_of(served)).result(10)
+
+    for k, inst in got.items():
+        assert (inst.status, inst.attempt, inst.result) == ("SUCCESS", 1, {"window": k}), inst
+        throttles = [e for e in inst.events if e.from_ == "RUNNING" and e.to == "PENDING"]
+        assert [(e.attempt, e.reason) for e in throttles] == [(1, f"throttled: HTTP 429 ({k})")]
+    assert sorted(pushes) == [("quick", 1), ("quick", 1), ("slow", 1), ("slow", 1)]
+    s = receiver.stats
+    # Both throttles went through the fail callback (answered 202); both second pushes inline.
+    assert (s.received, s.throttled, s.accepted, s.callbacks_recorded, s.answered_success) == (4, 2, 2, 2, 2)
+    assert s.answered_failure == 0 and s.lease_lost == 0 and s.callback_errors == 0
 
 
 def test_receiver_refuses_a_push_with_a_wrong_signature(kairos: Kairos) -> None:

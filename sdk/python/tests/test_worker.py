@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from conftest import Kairos, RunningWorker, agent_process, backlog, eventually, trigger_many
-from kairos_agent import ClaimedInstance, Fatal, Retryable, TaskSpec, Unauthorized, Worker, manual
+from kairos_agent import ClaimedInstance, Fatal, Retryable, TaskSpec, Throttled, Unauthorized, Worker, manual
 from kairos_agent.worker import _is_async
 
 FAST_RETRY: Dict[str, Any] = {"retry_backoff": {"base_seconds": 1, "max_seconds": 1, "jitter": 0.0}}
@@ -127,6 +127,50 @@ def test_fatal_goes_dead_retryable_and_other_exceptions_are_retried(kairos: Kair
     assert any(e.to == "FAILED" and e.reason == "agent: ValueError: kaput" for e in boom.events)
 
     assert stats.failed == 3 and stats.succeeded == 2 and stats.lease_lost == 0
+
+
+def _quota_task(k: Kairos, task_id: str, agent_id: str) -> None:
+    # No retries and a breaker that opens on one failure: a throttle that spent the attempt
+    # would leave the instance DEAD, and one counted as a failure would pause the task.
+    with k.client() as c:
+        c.put_task(TaskSpec(id=task_id, agent_id=agent_id, trigger=manual(),
+                            execution={"max_retries": 0}, circuit_breaker={"failure_threshold": 1}))
+
+
+def test_throttled_waits_its_time_with_the_attempt_unspent_and_the_circuit_untouched(kairos: Kairos) -> None:
+    _quota_task(kairos, "quota", "quota_agent")
+    with kairos.client() as c:
+        inst_id = c.trigger("quota").id
+    runs: List[Tuple[float, int]] = []  # (monotonic start, attempt)
+
+    def handler(instance: ClaimedInstance) -> Any:
+        runs.append((time.monotonic(), instance.attempt))
+        if len(runs) == 1:
+            raise Throttled(after=2, reason="HTTP 429 from the model API")
+        return {"attempt": instance.attempt, "run": len(runs)}
+
+    w = _worker(kairos, "quota_agent", "qw")
+    with RunningWorker(w, handler) as running:
+        with kairos.client() as c:
+            eventually(lambda: c.get_instance(inst_id).status in ("SUCCESS", "DEAD"), "the instance finished",
+                       timeout=30)
+            done = c.get_instance(inst_id)
+            task = c.get_task("quota")
+        stats = running.stop()
+
+    assert (done.status, done.attempt, done.result) == ("SUCCESS", 1, {"attempt": 1, "run": 2})
+    assert [a for _, a in runs] == [1, 1], "the throttled attempt was not spent"
+    gap = runs[1][0] - runs[0][0]
+    assert gap >= 1.9, f"run again {gap:.2f}s after the throttle, before its 2 s were up"
+    assert (task.consecutive_failures, task.paused) == (0, False), "a quota never opens the circuit"
+    assert [(e.from_, e.to, e.attempt) for e in done.events] == [
+        (None, "PENDING", 1), ("PENDING", "RUNNING", 1), ("RUNNING", "PENDING", 1),
+        ("PENDING", "RUNNING", 1), ("RUNNING", "SUCCESS", 1),
+    ]
+    throttle = done.events[2]
+    assert throttle.reason == "throttled: HTTP 429 from the model API" and throttle.actor == "agent:qw"
+    assert stats.throttled == 1 and stats.failed == 0 and stats.succeeded == 1
+    assert stats.claimed == 2 and stats.lease_lost == 0 and stats.request_errors == 0
 
 
 def test_a_killed_worker_loses_nothing_its_leases_expire_and_another_finishes(kairos: Kairos, tmp_path: Path) -> None:
@@ -504,3 +548,42 @@ def test_reports_whose_answers_are_lost_are_sent_again_under_the_same_lease(kair
     assert stats.succeeded == 3 and stats.failed == 2
     assert stats.lease_lost == 0 and stats.complete_conflicts == 0 and stats.fail_conflicts == 0
     assert stats.request_errors == len(transport.lost)
+
+
+def _lose_first_throttle_report(request: httpx.Request, status: int, body: bytes) -> Optional[str]:
+    if status == 200 and request.url.path.endswith("/fail"):
+        return "throttle"
+    return None
+
+
+def test_a_throttle_report_whose_answer_is_lost_is_sent_again_under_the_same_lease(kairos: Kairos) -> None:
+    _quota_task(kairos, "quota_lost", "ql_agent")
+    with kairos.client() as c:
+        inst_id = c.trigger("quota_lost").id
+    attempts: List[int] = []
+
+    async def handler(instance: ClaimedInstance) -> str:
+        attempts.append(instance.attempt)
+        if len(attempts) == 1:
+            raise Throttled(after=0.2)  # waits the least the server takes: 1 s
+        return "done"
+
+    transport = LosingAnswers(_lose_first_throttle_report, "timeout")
+    w = _worker(kairos, "ql_agent", "qlw", transport=transport)
+    with RunningWorker(w, handler) as running:
+        with kairos.client() as c:
+            eventually(lambda: c.get_instance(inst_id).status in ("SUCCESS", "DEAD"), "the instance finished",
+                       timeout=30)
+            done = c.get_instance(inst_id)
+        stats = running.stop()
+
+    lost_request, lost_answer = transport.lost["throttle"]
+    assert lost_request["retry_after_seconds"] == 1 and lost_request["error"] == "rate limited"
+    assert "hold_limit" not in lost_request
+    assert lost_answer["status"] == "PENDING" and lost_answer["error_kind"] == "throttled"
+    fails = [body for path, body in transport.sent if path.endswith("/fail")]
+    assert fails == [lost_request, lost_request], "sent again unchanged, under the same lease token"
+    assert (done.status, done.attempt, done.result) == ("SUCCESS", 1, "done") and attempts == [1, 1]
+    assert [e.to for e in done.events].count("PENDING") == 2  # created, then throttled once
+    assert stats.throttled == 1 and stats.failed == 0 and stats.request_errors == 1
+    assert stats.lease_lost == 0 and stats.fail_conflicts == 0
