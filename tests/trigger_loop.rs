@@ -809,13 +809,23 @@ async fn an_overlap_decision_is_made_at_the_instant_not_when_staged(pool: PgPool
     .await;
     assert_eq!(status, 200, "{body}");
     let staged = staging.await.expect("join").expect("staged pass");
-    assert_eq!(staged.num_created, 1, "only `free` is staged");
+    // `free` is staged. `blocked` is never staged while its blocker is unfinished; a stager
+    // (there are two) that reads it only after the cancel finds nothing unfinished and may
+    // stage it then, which is as right: either way it is never skipped.
+    assert!(
+        matches!(staged.num_created, 1 | 2),
+        "`free`, and `blocked` only if read after the cancel: {staged:?}"
+    );
     assert_eq!(staged.num_skipped, 0);
     assert!(kairos::store::now(&pool).await.expect("now") >= at);
 
-    // The pass at the instant decides `blocked`: nothing is unfinished any more, so it runs.
+    // The pass at the instant decides what was not staged: nothing is unfinished any more, so
+    // `blocked` runs.
     let report = one_pass(&pool).await;
-    assert_eq!((report.num_created, report.num_skipped), (1, 0));
+    assert_eq!(
+        (report.num_created, report.num_skipped),
+        (2 - staged.num_created, 0)
+    );
     for (id, k) in [("blocked", &blocked_key), ("free", &key)] {
         let rows = windows(&pool, id).await;
         let scheduled: Vec<_> = rows.iter().filter(|r| r.2 == "schedule").collect();
