@@ -1067,12 +1067,16 @@ async fn pushed_after(app: &TestApp, receiver: &Receiver, task: &str) -> Duratio
     )
     .await;
     assert_eq!(status, 201, "{body}");
-    let hit = eventually(Duration::from_secs(5), "the window's push", || async {
+    let hit = eventually(Duration::from_secs(10), "the window's push", || async {
         receiver.hits().get(before).cloned()
     })
     .await;
     hit.at.saturating_duration_since(asked)
 }
+
+/// Well below the dispatcher's 60 s interval in the test below, so a push this soon was made
+/// by a notification; loose enough for a loaded machine (speed is measured by kairos-bench).
+const PROMPTLY: Duration = Duration::from_secs(5);
 
 /// Every replica's dispatcher hears every agent's work notifications. Those of an agent
 /// without webhook tasks must not make it claim, while a webhook window, of a known agent or of
@@ -1099,7 +1103,7 @@ async fn poll_work_of_other_agents_wakes_no_webhook_claim_and_webhook_windows_ar
     )
     .await;
     assert_eq!(status, 201, "{body}");
-    assert!(pushed_after(&app, &receiver, "pushed").await < Duration::from_millis(500));
+    assert!(pushed_after(&app, &receiver, "pushed").await < PROMPTLY);
 
     let claims = "kairos_webhook_claims_total";
     let reads = "kairos_webhook_agent_reads_total";
@@ -1138,7 +1142,7 @@ async fn poll_work_of_other_agents_wakes_no_webhook_claim_and_webhook_windows_ar
         moved(reads)
     );
 
-    assert!(pushed_after(&app, &receiver, "pushed").await < Duration::from_millis(500));
+    assert!(pushed_after(&app, &receiver, "pushed").await < PROMPTLY);
     let (status, body) = json(
         app.put(
             "/v1/tasks/newcomer",
@@ -1149,7 +1153,7 @@ async fn poll_work_of_other_agents_wakes_no_webhook_claim_and_webhook_windows_ar
     )
     .await;
     assert_eq!(status, 201, "{body}");
-    assert!(pushed_after(&app, &receiver, "newcomer").await < Duration::from_millis(500));
+    assert!(pushed_after(&app, &receiver, "newcomer").await < PROMPTLY);
     app.shutdown().await;
 }
 
