@@ -148,7 +148,7 @@ fn cron_next(expr: &str, timezone: &str, count: u16, from: Option<&str>) -> Exit
             }
         },
     };
-    // An expression that never fires is refused here as by the API (CONTRACT §8).
+    // An expression that never fires is refused here as by the API (openapi.yaml).
     if count > 0
         && let Err(e) = schedule.first_fire_after(cursor)
     {

@@ -158,7 +158,7 @@ async fn roles_limit_what_a_token_may_do(pool: PgPool) {
     .await;
     assert_eq!(status, 200);
     let a = &a_claim["instances"][0];
-    // In a batch each item is answered on its own (CONTRACT §8): agent B's item is refused
+    // In a batch each item is answered on its own (openapi.yaml): agent B's item is refused
     // without naming agent B, A's own item completes, and A's item listed again is answered
     // as the first was (a repeated report under the lease that made it).
     let item = |i: &Value| json!({"id": i["id"], "lease_token": i["lease_token"]});

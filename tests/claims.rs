@@ -1057,7 +1057,7 @@ async fn claim_together(apps: &[&TestApp], agent: &str, n: usize) -> Vec<String>
 #[sqlx::test]
 async fn claims_sent_together_take_every_waiting_instance_between_them(pool: PgPool) {
     // A claim locks what it reads until it commits; a claim that read more than it took hid
-    // the rest from the claims beside it, which answered [] with work waiting (CONTRACT §8:
+    // the rest from the claims beside it, which answered [] with work waiting (openapi.yaml:
     // a claim returns claimable work whenever the agent has any).
     let app = TestApp::spawn(pool.clone()).await;
     let other = TestApp::spawn(pool.clone()).await;

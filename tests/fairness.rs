@@ -1,4 +1,4 @@
-//! Fair claims (CONTRACT §8): a task at its limit, paused, or holding a backlog never hides
+//! Fair claims (openapi.yaml): a task at its limit, paused, or holding a backlog never hides
 //! another task's claimable work, for agents and for the webhook dispatcher.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Group commit (CONTRACT §8): concurrent single `complete`, `fail` and `heartbeat` calls share
+//! Group commit (openapi.yaml): concurrent single `complete`, `fail` and `heartbeat` calls share
 //! transactions, yet each is its own compare-and-swap with its own answer, and one item the
 //! database refuses fails only itself.
 

@@ -1,6 +1,6 @@
 //! Fair claims: which of the claimable instances one claim takes.
 //!
-//! The rule (CONTRACT §8 "Claims are fair"):
+//! The rule ("claims are fair", openapi.yaml `POST /v1/claims`):
 //! - a task contributes at most its *room* (`concurrency_limit` minus its RUNNING instances), so a
 //!   task at its limit contributes nothing and never hides another task's work;
 //! - within a task the oldest available instance goes first;

@@ -1,4 +1,4 @@
-//! Instance states and the one transition table every path obeys (CONTRACT §3).
+//! Instance states and the one transition table every path obeys (openapi.yaml, "Instance lifecycle").
 //!
 //! ```text
 //!                 trigger loop / API                       claim (poll or push)
@@ -97,7 +97,7 @@ impl FromStr for InstanceStatus {
     }
 }
 
-/// Where an instance came from (CONTRACT §3 `source`).
+/// Where an instance came from (the instance's `source` in openapi.yaml).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Source {
@@ -174,7 +174,7 @@ pub struct IllegalTransition {
     pub event: Event,
 }
 
-/// The transition table of CONTRACT §3, the only place it is written down.
+/// The transition table, the only place it is written down (drawn in this module's doc).
 pub fn transition(
     from: Option<InstanceStatus>,
     event: Event,

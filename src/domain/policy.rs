@@ -1,6 +1,7 @@
 //! Scheduling decisions, pure: which due windows run, which are recorded as skipped and why
-//! (catch-up and overlap, CONTRACT §4). The trigger loop feeds in the task, the database clock and
-//! the task's unfinished instances, and writes out exactly what the [`Plan`] says.
+//! (catch-up and overlap, as openapi.yaml's "Scheduling policies" states them). The trigger
+//! loop feeds in the task, the database clock and the task's unfinished instances, and writes
+//! out exactly what the [`Plan`] says.
 
 use std::collections::{HashSet, VecDeque};
 
@@ -10,7 +11,7 @@ use super::instance::Source;
 use super::schedule::{Schedule, window_key};
 use super::task::{Catchup, Execution, FieldError, Overlap};
 
-/// At most this many rows are written for one catch-up (CONTRACT §4); the rest are counted.
+/// At most this many rows are written for one catch-up; the rest are counted.
 pub const MAX_CATCHUP_ROWS: usize = 1000;
 /// At most this many on-time windows (inside the misfire grace) are planned in one pass for one
 /// task. The rest stay due: `next_fire_at` stops at the first of them, and the trigger loop runs

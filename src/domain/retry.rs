@@ -1,6 +1,6 @@
 //! Retry backoff, pure: the caller passes the random draw in, so tests are exact.
 //!
-//! delay = min(base · 2^(attempt−1), max), then ± jitter·delay, uniformly (CONTRACT §3). The
+//! delay = min(base · 2^(attempt−1), max), then ± jitter·delay, uniformly. The
 //! jitter spreads retries of many instances that failed together (a downstream outage) so they
 //! do not hammer it again in lockstep.
 //!

@@ -2,7 +2,7 @@
 //!
 //! The cron engine lives in the private `cron` submodule; nothing outside this module sees the
 //! cron crate. All instants are UTC with whole-second resolution; a time zone matters only while
-//! a cron expression is evaluated (CONTRACT §1).
+//! a cron expression is evaluated (openapi.yaml).
 
 mod cron;
 

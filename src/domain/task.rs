@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use super::schedule::{CronSchedule, Schedule};
 
-/// Largest serialized JSON document kept in one field (CONTRACT §2, §3): a task's `context`, an
+/// Largest serialized JSON document kept in one field (openapi.yaml): a task's `context`, an
 /// instance's `result`.
 pub const MAX_DOCUMENT_BYTES: usize = 64 * 1024;
 /// Largest serialized `context` accepted.
@@ -94,7 +94,7 @@ impl fmt::Display for TaskId {
     }
 }
 
-/// When a task's windows occur (CONTRACT §2 trigger types).
+/// When a task's windows occur (openapi.yaml trigger types).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum TriggerSpec {
@@ -182,7 +182,7 @@ impl TriggerSpec {
     }
 }
 
-/// What happens when a window comes due while earlier instances are unfinished (CONTRACT §4).
+/// What happens when a window comes due while earlier instances are unfinished (openapi.yaml).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Overlap {
@@ -208,7 +208,7 @@ impl Overlap {
     }
 }
 
-/// What happens to windows missed while no replica was running (CONTRACT §4).
+/// What happens to windows missed while no replica was running (openapi.yaml).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Catchup {
@@ -379,7 +379,7 @@ impl TaskSpec {
 /// Parse and validate a PUT body for the task `path_id`. Every problem is reported, each with its
 /// field path.
 ///
-/// The read-only fields of a task (CONTRACT §2) are accepted and ignored, so that a body read
+/// The read-only fields of a task (openapi.yaml) are accepted and ignored, so that a body read
 /// with `GET` can be sent back.
 pub fn parse_submission(path_id: &str, body: &Value) -> Result<TaskSubmission, Vec<FieldError>> {
     let mut errs = Errors::default();
@@ -514,7 +514,7 @@ pub fn valid_name(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ':'))
 }
 
-/// The fields of a task only kairos writes (CONTRACT §2): shown by `GET`, ignored in a `PUT`.
+/// The fields of a task only kairos writes (openapi.yaml): shown by `GET`, ignored in a `PUT`.
 pub const READ_ONLY_FIELDS: [&str; 6] = [
     "next_fire_at",
     "paused_reason",

@@ -145,7 +145,7 @@ pub fn check_agent(principal: &Principal, agent_id: &str) -> Result<(), ApiError
 }
 
 /// Like [`check_agent`], for a write to instance `id` of `agent_id`: the refusal does not name
-/// the agent, which the token may not read (CONTRACT §8, scoped reads).
+/// the agent, which the token may not read (openapi.yaml, scoped reads).
 pub fn check_instance_agent(
     principal: &Principal,
     id: uuid::Uuid,

@@ -169,7 +169,7 @@ impl QueryParams {
     }
 }
 
-/// `limit`, 1–500, default 100 (CONTRACT §5).
+/// `limit`, 1–500, default 100 (openapi.yaml).
 pub fn page_limit(q: &QueryParams) -> Result<i64, ApiError> {
     q.int("limit", 100, 1, 500)
 }

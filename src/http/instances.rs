@@ -398,7 +398,7 @@ enum BatchItem {
 }
 
 /// Complete many instances in one request and one database commit. Each item is its own
-/// compare-and-swap, answered on its own (CONTRACT §8): `200` with the instance, `409` for a
+/// compare-and-swap, answered on its own (openapi.yaml): `200` with the instance, `409` for a
 /// stale lease, `404` for an unknown instance, `403` for an instance of an agent the token may
 /// not act for. An instance listed several times gets each of its items tried in order, as
 /// successive single completes would be.

@@ -21,7 +21,7 @@
 //!    never past `limit - running`. Nobody else can commit a reserved permit while it is
 //!    reserved, so the unique index is a safety net that never fires.
 //!
-//! Tasks with `overlap: queue` are claimed in window order (CONTRACT §4): a claimer takes a
+//! Tasks with `overlap: queue` are claimed in window order (openapi.yaml): a claimer takes a
 //! row of such a task only when no older available PENDING row of it is outside the claim,
 //! since a concurrent claimer holding the older row might not get a permit for it. Concurrent
 //! claimers of one queue task therefore take turns (the later finds the older rows still

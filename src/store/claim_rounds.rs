@@ -1,5 +1,5 @@
 //! Claim rounds: the concurrent claims of one agent on this replica share one claim
-//! transaction (CONTRACT §8).
+//! transaction (openapi.yaml).
 //!
 //! At the top of the minute every worker of an agent claims at once. Run side by side, their
 //! claims read the same head of the agent's work and skip each other's locked rows, and each

@@ -1,5 +1,5 @@
 //! Group commit for single `complete`, `fail` and `heartbeat` calls and the items of batch
-//! completions (CONTRACT §8).
+//! completions (openapi.yaml).
 //!
 //! Each call is queued; a few committer tasks each take everything queued (up to a batch
 //! size) and write it in one transaction: one statement per kind, each item still its own

@@ -496,7 +496,7 @@ pub async fn migrations_applied(pool: &PgPool) -> Result<bool> {
     Ok(applied.unwrap_or(0) >= latest)
 }
 
-/// The database clock: the one clock for windows, leases and deadlines (CONTRACT §1).
+/// The database clock: the one clock for windows, leases and deadlines (openapi.yaml).
 pub async fn now(pool: &PgPool) -> Result<chrono::DateTime<chrono::Utc>> {
     sqlx::query_scalar("select now()")
         .fetch_one(pool)

@@ -933,7 +933,7 @@ pub async fn dead_queue(
     Query(q): Params,
 ) -> UiResult {
     // FAILED instances wait for an automatic retry; they are listed too because they are the
-    // ones a cancel can still stop (DEAD is final: only a retry moves it, CONTRACT §3).
+    // ones a cancel can still stop (DEAD is final: only a retry moves it, openapi.yaml).
     let filter = instance_filter(
         &session,
         &q,

@@ -1,5 +1,5 @@
 //! Cron schedules for kairos: parsing, validation and "next fire time" with exact DST rules
-//! (CONTRACT §1 "Time").
+//! (openapi.yaml, "Time").
 //!
 //! # Expressions
 //! 5 fields `min hour dom mon dow` (second 0) or 6 fields `sec min hour dom mon dow`; names
@@ -203,7 +203,7 @@ impl CronSchedule {
     }
 
     /// True when the minute or hour field starts with `*` (after macro expansion): a job that
-    /// follows the wall clock through DST changes (CONTRACT §1 "wildcard job").
+    /// follows the wall clock through DST changes (openapi.yaml, "wildcard job").
     pub fn is_wildcard(&self) -> bool {
         self.wildcard
     }
