@@ -195,16 +195,18 @@ async fn database_gate(
     if !req.uri().path().starts_with("/v1/") {
         return next.run(req).await;
     }
-    if let Some((for_how_long, _)) = state.db_health.unreachable() {
-        metrics::counter!("kairos_requests_refused_total", "reason" => "database_unreachable")
-            .increment(1);
-        return ApiError::Unavailable(format!(
-            "the database has been unreachable for {} ms",
-            for_how_long.as_millis()
-        ))
-        .into_response();
-    }
-    let down = state.db_health.down();
+    let down = match state.db_health.gate() {
+        Ok(down) => down,
+        Err(for_how_long) => {
+            metrics::counter!("kairos_requests_refused_total", "reason" => "database_unreachable")
+                .increment(1);
+            return ApiError::Unavailable(format!(
+                "the database has been unreachable for {} ms",
+                for_how_long.as_millis()
+            ))
+            .into_response();
+        }
+    };
     let went_down = down.notified();
     tokio::pin!(went_down);
     went_down.as_mut().enable();

@@ -17,8 +17,6 @@ struct State {
     unreachable: Option<(Instant, String)>,
     /// Until when returned connections are pinged before reuse.
     doubt_until: Option<Instant>,
-    /// Woken when the database becomes reachable again.
-    back: Arc<tokio::sync::Notify>,
     /// Woken when the database is found unreachable.
     down: Arc<tokio::sync::Notify>,
 }
@@ -65,7 +63,6 @@ impl DbHealth {
         let mut s = self.state();
         let (since, _) = s.unreachable.take()?;
         s.doubt_until = Some(Instant::now() + DOUBT_AFTER_TROUBLE);
-        s.back.notify_waiters();
         Some(since.elapsed())
     }
 
@@ -81,14 +78,14 @@ impl DbHealth {
         s.unreachable.is_some() || s.doubt_until.is_some_and(|t| Instant::now() < t)
     }
 
-    /// Notified when the database is next found reachable again (after an outage).
-    pub fn back(&self) -> Arc<tokio::sync::Notify> {
-        self.state().back.clone()
-    }
-
-    /// Notified when the database is next found unreachable.
-    pub fn down(&self) -> Arc<tokio::sync::Notify> {
-        self.state().down.clone()
+    /// What a request needs to know, in one look: `Err(for how long)` while the database is
+    /// unreachable, else `Ok` with what is notified when it is next found unreachable.
+    pub fn gate(&self) -> Result<Arc<tokio::sync::Notify>, Duration> {
+        let s = self.state();
+        match &s.unreachable {
+            Some((since, _)) => Err(since.elapsed()),
+            None => Ok(s.down.clone()),
+        }
     }
 }
 

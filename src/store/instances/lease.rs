@@ -299,6 +299,14 @@ async fn notify_queued(conn: &mut PgConnection, task_ids: &[&str]) -> Result<()>
     Ok(())
 }
 
+/// Add `item` to `actor`'s group (writes are grouped by event actor, in first-seen order).
+fn push_for<T>(groups: &mut Vec<(String, Vec<T>)>, actor: String, item: T) {
+    match groups.iter_mut().find(|(known, _)| *known == actor) {
+        Some((_, list)) => list.push(item),
+        None => groups.push((actor, vec![item])),
+    }
+}
+
 /// One failed attempt reported by its lease holder.
 #[derive(Debug, Clone)]
 pub struct FailureReport {
@@ -354,24 +362,23 @@ pub(in crate::store) async fn fail_in(
     // attempt finds nothing.
     let mut unplanned: HashMap<(Uuid, Uuid), &RunningAttempt> =
         running.iter().map(|a| ((a.id, a.lease_token), a)).collect();
-    let mut throttled: Vec<(String, super::Throttled)> = Vec::new();
+    let mut throttled_by_actor: Vec<(String, Vec<super::Throttled>)> = Vec::new();
     for item in items {
         let Some(a) = unplanned.remove(&(item.id, item.lease_token)) else {
             continue;
         };
+        let actor = item
+            .actor
+            .clone()
+            .unwrap_or_else(|| format!("agent:{}", a.worker_id.as_deref().unwrap_or("unknown")));
         if let Some(secs) = item.throttle_seconds {
-            let actor = item.actor.clone().unwrap_or_else(|| {
-                format!("agent:{}", a.worker_id.as_deref().unwrap_or("unknown"))
-            });
-            throttled.push((
-                actor,
-                super::Throttled {
-                    id: a.id,
-                    lease_token: a.lease_token,
-                    retry_after_seconds: secs,
-                    error: item.error.clone(),
-                },
-            ));
+            let one = super::Throttled {
+                id: a.id,
+                lease_token: a.lease_token,
+                retry_after_seconds: secs,
+                error: item.error.clone(),
+            };
+            push_for(&mut throttled_by_actor, actor, one);
             continue;
         }
         let mut failure = a.plan_failure(
@@ -383,22 +390,18 @@ pub(in crate::store) async fn fail_in(
         if item.retry_at_once {
             failure.delay = std::time::Duration::ZERO;
         }
-        let actor = item
-            .actor
-            .clone()
-            .unwrap_or_else(|| format!("agent:{}", a.worker_id.as_deref().unwrap_or("unknown")));
-        match by_actor.iter_mut().find(|(known, _)| *known == actor) {
-            Some((_, list)) => list.push(failure),
-            None => by_actor.push((actor, vec![failure])),
-        }
+        push_for(&mut by_actor, actor, failure);
     }
     let mut written = Vec::new();
-    for (actor, one) in throttled {
-        for inst in super::record_throttled(conn, std::slice::from_ref(&one), &actor).await? {
-            written.push(Written {
-                token: one.lease_token,
-                instance: inst,
-            });
+    for (actor, throttled) in throttled_by_actor {
+        let tokens: HashMap<Uuid, Uuid> = throttled.iter().map(|t| (t.id, t.lease_token)).collect();
+        for inst in super::record_throttled(conn, &throttled, &actor).await? {
+            if let Some(&token) = tokens.get(&inst.id) {
+                written.push(Written {
+                    token,
+                    instance: inst,
+                });
+            }
         }
     }
     for (actor, failures) in by_actor {
