@@ -236,9 +236,14 @@ async fn request_timeout(
     }
     // Both are reference-counted: no copy on the way in, read only on a timeout.
     let (method, uri) = (req.method().clone(), req.uri().clone());
-    match tokio::time::timeout(limit, next.run(req)).await {
-        Ok(resp) => resp,
-        Err(_) => {
+    let handler = next.run(req);
+    tokio::pin!(handler);
+    tokio::select! {
+        resp = &mut handler => resp,
+        _ = tokio::time::sleep(limit) => {
+            // In doubt before the handler (and any connection it holds) is dropped: a
+            // connection it abandons mid-statement is pinged with a bound before reuse.
+            state.db_health.doubt();
             let path = uri.path();
             tracing::warn!(%method, %path, timeout_s = limit.as_secs(), reason = "request timeout", "request cut off");
             ApiError::RequestTimeout(format!(
