@@ -190,6 +190,7 @@ pub struct Config {
     pub db_idle_in_transaction_timeout_ms: u64,
     pub db_keepalive_seconds: u64,
     pub loop_pass_timeout_ms: u64,
+    pub agent_absent_seconds: i64,
 }
 
 impl Default for Config {
@@ -239,6 +240,7 @@ impl Default for Config {
             db_idle_in_transaction_timeout_ms: 30_000,
             db_keepalive_seconds: 5,
             loop_pass_timeout_ms: 30_000,
+            agent_absent_seconds: 60,
         }
     }
 }
@@ -401,6 +403,7 @@ impl Config {
             db_idle_in_transaction_timeout_ms,
             db_keepalive_seconds,
             loop_pass_timeout_ms,
+            agent_absent_seconds,
         );
         // The conventional variable wins over KAIROS_DATABASE_URL.
         set(env, "DATABASE_URL", &mut self.database_url)?;
@@ -603,6 +606,9 @@ impl Config {
                 "loop_pass_timeout_ms",
                 "must be from 1000 to 3600000",
             ));
+        }
+        if !(1..=86_400).contains(&self.agent_absent_seconds) {
+            return Err(invalid("agent_absent_seconds", "must be from 1 to 86400"));
         }
         if tracing_subscriber::EnvFilter::try_new(&self.log_level).is_err() {
             return Err(invalid(

@@ -50,6 +50,19 @@ impl<Id> Pick<Id> {
 /// Choose up to `max` candidates fairly (see the module doc). `candidates` must be in
 /// availability order; candidates of a task beyond its room are never chosen.
 pub fn fair_pick<Id: Clone>(candidates: &[Candidate<Id>], max: usize) -> Pick<Id> {
+    fair_pick_with(candidates, max, |_| true)
+}
+
+/// [`fair_pick`] where some candidates may not fit now (their shared limits have no room):
+/// `fits(position)` is asked in claim order for each candidate the rule would take next, and
+/// takes the candidate's units when it answers yes; a candidate that does not fit is passed
+/// over and the next one in claim order gets its slot, so work that waits on a limit never
+/// hides work that can run.
+pub fn fair_pick_with<Id: Clone>(
+    candidates: &[Candidate<Id>],
+    max: usize,
+    mut fits: impl FnMut(usize) -> bool,
+) -> Pick<Id> {
     // Per task: (room, candidates given).
     let mut seen: HashMap<&str, (i64, i64)> = HashMap::new();
     // (round, position in availability order)
@@ -62,7 +75,16 @@ pub fn fair_pick<Id: Clone>(candidates: &[Candidate<Id>], max: usize) -> Pick<Id
         }
     }
     ranked.sort_unstable();
-    ranked.truncate(max);
+    let mut kept = Vec::with_capacity(max.min(ranked.len()));
+    for r in ranked {
+        if kept.len() >= max {
+            break;
+        }
+        if fits(r.1) {
+            kept.push(r);
+        }
+    }
+    let ranked = kept;
     let max_round = ranked.iter().map(|r| r.0).max().unwrap_or(0);
     let mut taken: HashMap<&str, i64> = HashMap::new();
     let chosen = ranked

@@ -244,6 +244,9 @@ pub struct Execution {
     pub catchup: Catchup,
     pub catchup_window_seconds: i64,
     pub misfire_grace_seconds: i64,
+    /// Shared limits the task draws on (`execution.limits`, [`super::limit`]).
+    #[serde(default)]
+    pub limits: Vec<super::limit::Draw>,
 }
 
 /// `execution.timeout_seconds` when not given.
@@ -264,6 +267,7 @@ impl Default for Execution {
             catchup: Catchup::Skip,
             catchup_window_seconds: 86_400,
             misfire_grace_seconds: 60,
+            limits: Vec::new(),
         }
     }
 }
@@ -782,6 +786,7 @@ fn parse_execution(value: Option<&Value>, errs: &mut Errors) -> Execution {
             "catchup",
             "catchup_window_seconds",
             "misfire_grace_seconds",
+            "limits",
         ],
     ) else {
         return d;
@@ -876,6 +881,7 @@ fn parse_execution(value: Option<&Value>, errs: &mut Errors) -> Execution {
             }
         }
     };
+    let limits = super::limit::parse_draws(e.get("limits"), &mut errs.0);
     Execution {
         timeout_seconds,
         max_retries,
@@ -885,6 +891,7 @@ fn parse_execution(value: Option<&Value>, errs: &mut Errors) -> Execution {
         catchup,
         catchup_window_seconds,
         misfire_grace_seconds,
+        limits,
     }
 }
 

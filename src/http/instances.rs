@@ -67,6 +67,15 @@ async fn get_instance(
     let evs = events::list_events(&state.pool, id).await?;
     let mut v = instance_json(&inst);
     v["events"] = serde_json::to_value(&evs).unwrap_or(Value::Null);
+    if matches!(
+        inst.status,
+        InstanceStatus::Pending | InstanceStatus::Failed
+    ) {
+        let absent =
+            std::time::Duration::from_secs(state.claims.agent_absent_seconds.unsigned_abs());
+        let waiting = crate::store::waiting::waiting_on(&state.pool, &inst, absent).await?;
+        v["waiting_on"] = serde_json::to_value(&waiting).unwrap_or(Value::Null);
+    }
     Ok(Json(v))
 }
 
@@ -272,13 +281,35 @@ async fn fail(
             MAX_RETRY_AFTER_SECONDS,
         )?),
     };
-    // No limit exists for an instance to draw on yet, so none can be held: refused, with
-    // nothing written.
+    // Hold the limit (for this instance's key) until the same instant: checked before
+    // anything is written, so a refused fail leaves the instance RUNNING under its lease.
     if let Some(name) = string_field(&m, "hold_limit", false, 128)? {
-        return Err(ApiError::invalid(
-            "hold_limit",
-            format!("the instance draws on no limit named {name:?}"),
-        ));
+        let Some(seconds) = throttle_seconds else {
+            return Err(ApiError::invalid(
+                "hold_limit",
+                "needs retry_after_seconds: the limit is held until the same instant",
+            ));
+        };
+        let key = crate::store::limits::instance_draw(&state.pool, id, &name)
+            .await
+            .map_err(|e| not_found_instance(e, &id))?;
+        let Some(key) = key else {
+            return Err(ApiError::invalid(
+                "hold_limit",
+                format!("the instance draws on no limit named {name:?}"),
+            ));
+        };
+        let said: String = error.chars().take(256).collect();
+        let reason = format!("held by a throttled attempt of instance {id}: {said}");
+        let mut conn = state
+            .pool
+            .acquire()
+            .await
+            .map_err(crate::store::map_db_error)?;
+        let until = crate::store::limits::hold(&mut conn, &name, &key, seconds, &reason).await?;
+        drop(conn);
+        metrics::counter!("kairos_limit_throttled_total", "limit" => name.clone()).increment(1);
+        tracing::info!(limit = %name, key = %key, instance_id = %id, held_until = %crate::domain::schedule::format_instant(until), reason = %reason, "limit held");
     }
     let inst = state
         .group

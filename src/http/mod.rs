@@ -8,6 +8,7 @@ pub mod error;
 pub mod extract;
 pub mod health;
 pub mod instances;
+pub mod limits;
 pub mod server;
 pub mod tasks;
 
@@ -37,6 +38,8 @@ pub struct ClaimSettings {
     pub max_wait_seconds: i64,
     /// Most long polls waiting at once in this process (`claim_max_waiters`).
     pub max_waiters: usize,
+    /// How long without a claim before an agent counts as absent (`agent_absent_seconds`).
+    pub agent_absent_seconds: i64,
 }
 
 impl ClaimSettings {
@@ -46,6 +49,7 @@ impl ClaimSettings {
             max_lease_seconds: cfg.max_lease_seconds,
             max_wait_seconds: cfg.claim_max_wait_seconds,
             max_waiters: cfg.claim_max_waiters,
+            agent_absent_seconds: cfg.agent_absent_seconds,
         }
     }
 }
@@ -116,6 +120,7 @@ fn table() -> RouteTable {
     let t = RouteTable::new();
     let t = tasks::routes(t);
     let t = instances::routes(t);
+    let t = limits::routes(t);
     let t = claims::routes(t);
     let t = crate::ui::routes(t);
     health::routes(t)

@@ -51,6 +51,13 @@ impl StatsSampler {
                 .unwrap_or(0);
             metrics::gauge!("kairos_instances", "status" => status.as_str()).set(n as f64);
         }
+        for l in store::limits::gauges(&self.pool).await? {
+            metrics::gauge!("kairos_limit_in_use", "limit" => l.name.clone()).set(l.in_use as f64);
+            metrics::gauge!("kairos_limit_waiting", "limit" => l.name).set(l.waiting as f64);
+        }
+        for (agent, seconds) in store::waiting::agents_last_claim(&self.pool).await? {
+            metrics::gauge!("kairos_agent_last_claim_seconds", "agent_id" => agent).set(seconds);
+        }
         Ok(counts)
     }
 

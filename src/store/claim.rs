@@ -37,8 +37,9 @@ use uuid::Uuid;
 
 use super::instances::{INSTANCE_COLUMNS, InstanceRow};
 use super::{Result, map_db_error};
-use crate::domain::claim::{Candidate, Pick, fair_pick};
+use crate::domain::claim::{Candidate, Pick, fair_pick, fair_pick_with};
 use crate::domain::instance::Instance;
+use crate::domain::limit::{RenderedDraw, admit_all};
 use crate::domain::task::DEFAULT_DISPATCH_TIMEOUT_SECONDS;
 
 /// What an agent asks for in one claim.
@@ -289,6 +290,9 @@ async fn claim_dealt(
     head: HeadRead,
 ) -> Result<(Vec<(usize, Claimed)>, bool)> {
     let max: usize = takers.iter().map(|t| t.max).sum::<usize>().max(1);
+    if let Some(agent_id) = scope.agent() {
+        super::waiting::seen_claiming(pool, agent_id);
+    }
     let mut tx = super::begin_hot(pool).await?;
     let (chosen, head_unsettled) = pick(&mut tx, scope, max, head).await?;
     if chosen.is_empty() {
@@ -352,6 +356,8 @@ struct CandidateRow {
     room: Option<i64>,
     /// `concurrency_limit` capped by the scope.
     lim: Option<i32>,
+    /// The shared-limit budgets the row draws on (`limit_draws`); None for most rows.
+    draws: Option<Json<Vec<RenderedDraw>>>,
 }
 
 impl CandidateRow {
@@ -381,8 +387,7 @@ async fn pick(
         // claim would take a task's second row), the per-task look below takes over.
         let scan = max;
         let head = read_head(conn, agent_id, scan).await?;
-        let cands: Vec<Candidate<Uuid>> = head.iter().map(CandidateRow::candidate).collect();
-        let p = fair_pick(&cands, max);
+        let p = pick_within_limits(conn, &head, max).await?;
         if p.settled_by_head(max, head.len() >= scan) {
             return Ok((chosen_of(&head, &p), false));
         }
@@ -391,14 +396,40 @@ async fn pick(
     // Per task: first a fair share of each task's oldest rows; if some task may have had more
     // to give and the claim is not full, once more with the whole claim as the share.
     let rows = read_per_task(conn, scope, max, None).await?;
-    let cands: Vec<Candidate<Uuid>> = rows.iter().map(CandidateRow::candidate).collect();
-    let p = fair_pick(&cands, max);
+    let p = pick_within_limits(conn, &rows, max).await?;
     if p.chosen.len() >= max || p.tasks_at_cap.is_empty() {
         return Ok((chosen_of(&rows, &p), head_unsettled));
     }
     let rows = read_per_task(conn, scope, max, Some(max)).await?;
+    let p = pick_within_limits(conn, &rows, max).await?;
+    Ok((chosen_of(&rows, &p), head_unsettled))
+}
+
+/// The fair pick over `rows`, passing over rows whose shared limits have no room now (as read
+/// without locks: [`admit_within_limits`] decides for real). Rows that draw on no limit cost
+/// nothing here.
+async fn pick_within_limits(
+    conn: &mut PgConnection,
+    rows: &[CandidateRow],
+    max: usize,
+) -> Result<Pick<Uuid>> {
     let cands: Vec<Candidate<Uuid>> = rows.iter().map(CandidateRow::candidate).collect();
-    Ok((chosen_of(&rows, &fair_pick(&cands, max)), head_unsettled))
+    let drawn: Vec<(String, String)> = rows
+        .iter()
+        .filter_map(|r| r.draws.as_ref())
+        .flat_map(|d| d.0.iter().map(|d| (d.name.clone(), d.key.clone())))
+        .collect();
+    if drawn.is_empty() {
+        return Ok(fair_pick(&cands, max));
+    }
+    let mut budgets = super::limits::read_budgets(conn, &drawn, false).await?;
+    Ok(fair_pick_with(&cands, max, |pos| {
+        let Some(draws) = rows.get(pos).and_then(|r| r.draws.as_ref()) else {
+            return true;
+        };
+        let idx = budgets.indexes(&draws.0);
+        admit_all(&mut budgets.list, &idx)
+    }))
 }
 
 /// A row chosen by the pick, with its task and the task's limit.
@@ -406,6 +437,7 @@ struct Chosen {
     id: Uuid,
     task_id: String,
     lim: i32,
+    draws: Option<Vec<RenderedDraw>>,
 }
 
 fn chosen_of(rows: &[CandidateRow], p: &Pick<Uuid>) -> Vec<Chosen> {
@@ -419,6 +451,7 @@ fn chosen_of(rows: &[CandidateRow], p: &Pick<Uuid>) -> Vec<Chosen> {
             id: r.id,
             task_id: r.task_id.clone(),
             lim: r.lim.unwrap_or(0),
+            draws: r.draws.as_ref().map(|d| d.0.clone()),
         })
         .collect()
 }
@@ -431,6 +464,7 @@ struct HeadRow {
     first: bool,
     room: Option<i64>,
     lim: Option<i32>,
+    draws: Option<Json<Vec<RenderedDraw>>>,
 }
 
 /// The agent's oldest available PENDING rows (locked, skipping rows other claimers hold), each
@@ -446,17 +480,20 @@ async fn read_head(
     agent_id: &str,
     scan: usize,
 ) -> Result<Vec<CandidateRow>> {
+    let open = super::limits::not_blocked_sql("i");
+    let blocked = super::limits::BLOCKED_BUDGETS_SQL;
     let sql = format!(
-        "with head as ( \
-             select i.id, i.task_id, i.available_at, i.scheduled_at from task_instance i \
-             where {CLAIMABLE} and i.agent_id = $1 and i.available_at <= now() \
+        "with blocked as materialized ({blocked}), head as ( \
+             select i.id, i.task_id, i.available_at, i.scheduled_at, i.limit_draws \
+             from task_instance i \
+             where {CLAIMABLE} and i.agent_id = $1 and i.available_at <= now() and {open} \
              order by i.available_at, i.scheduled_at, i.id \
              limit $2 \
              for update skip locked \
          ), h as ( \
              select head.*, row_number() over (partition by head.task_id) = 1 as first from head \
          ) \
-         select h.id, h.task_id, h.first, r.room, r.lim from h \
+         select h.id, h.task_id, h.first, r.room, r.lim, h.limit_draws as draws from h \
          left join lateral ( \
              select l.lim, l.lim - (select count(*) from task_instance r \
                  where r.task_id = h.task_id and r.status = 'RUNNING') as room \
@@ -491,6 +528,7 @@ fn head_candidates(rows: Vec<HeadRow>) -> Vec<CandidateRow> {
                 task_id: r.task_id,
                 room,
                 lim,
+                draws: r.draws,
             }
         })
         .collect()
@@ -514,8 +552,10 @@ async fn read_per_task(
         "e.id",
         "q.available_at <= now() and ($1::text is null or q.agent_id = $1)",
     );
+    let open = super::limits::not_blocked_sql("i");
+    let blocked = super::limits::BLOCKED_BUDGETS_SQL;
     let sql = format!(
-        "with eligible as materialized ( \
+        "with blocked as materialized ({blocked}), eligible as materialized ( \
              select t.id, least({TASK_LIMIT_SQL}, $2) as lim from tasks t \
              where {tasks_filter} and not t.paused \
          ), busy as ( \
@@ -530,11 +570,13 @@ async fn read_per_task(
                  as share \
              from room where room > 0 \
          ) \
-         select c.id, c.task_id, room.room, room.lim from room cross join fair \
+         select c.id, c.task_id, room.room, room.lim, c.limit_draws as draws \
+         from room cross join fair \
          cross join lateral ( \
-             select i.id, i.task_id, i.available_at, i.scheduled_at from task_instance i \
+             select i.id, i.task_id, i.available_at, i.scheduled_at, i.limit_draws \
+             from task_instance i \
              where i.task_id = room.id and {CLAIMABLE} and i.available_at <= now() \
-               and ($1::text is null or i.agent_id = $1) \
+               and ($1::text is null or i.agent_id = $1) and {open} \
              order by i.available_at, i.scheduled_at, i.id \
              limit least(room.room, fair.share, $3) \
              for update skip locked \
@@ -768,6 +810,7 @@ async fn take(
     let rooms = by_task.iter().map(|(t, r)| (*t, r.room())).collect();
     let rows: Vec<(Uuid, &str)> = chosen.iter().map(|c| (c.id, c.task_id.as_str())).collect();
     let grants = grant(&rows, dealt, &rooms);
+    let (grants, started_at) = admit_within_limits(conn, chosen, grants).await?;
     let mut ids = Vec::with_capacity(grants.len());
     let mut slots = Vec::with_capacity(grants.len());
     let mut taker_of = Vec::with_capacity(grants.len());
@@ -798,7 +841,7 @@ async fn take(
              update task_instance i set status = 'RUNNING', lease_token = gen_random_uuid(), \
                  lease_expires_at = clock_timestamp() + make_interval(secs => g.lease), \
                  deadline_at = clock_timestamp() + make_interval(secs => g.timeout), \
-                 worker_id = g.worker, started_at = now(), updated_at = now(), \
+                 worker_id = g.worker, started_at = coalesce($8, now()), updated_at = now(), \
                  claimed_by = g.actor, run_slot = g.slot \
              from g where i.id = g.id and {PENDING_BY_ID} \
              returning i.*, g.taker, g.timeout \
@@ -821,6 +864,7 @@ async fn take(
         .bind(&timeouts)
         .bind(&workers)
         .bind(&actors)
+        .bind(started_at)
         .fetch_all(&mut *conn)
         .await
         .map(|rows: Vec<TakenRow>| {
@@ -829,6 +873,82 @@ async fn take(
                 .collect()
         })
         .map_err(map_db_error)
+}
+
+/// Step 3b, for granted rows that draw on shared limits: lock their budgets (in one order,
+/// waiting: admissions of a budget are serialised across replicas), read them afresh, and admit
+/// the rows in claim order while every budget they draw on has room ([`admit_all`]); the rest
+/// stay PENDING. The admitted rows' units and the rate budgets' new arrival times are written in
+/// this transaction, so they count from the commit that makes the rows RUNNING. Returns the
+/// admitted grants and, when limits were checked, the instant the starts are recorded at (the
+/// instant the rates were tested at).
+async fn admit_within_limits<'a>(
+    conn: &mut PgConnection,
+    chosen: &[Chosen],
+    grants: Vec<Grant<'a, Uuid>>,
+) -> Result<(Vec<Grant<'a, Uuid>>, Option<DateTime<Utc>>)> {
+    let draws_of: std::collections::HashMap<Uuid, &Vec<RenderedDraw>> = chosen
+        .iter()
+        .filter_map(|c| c.draws.as_ref().map(|d| (c.id, d)))
+        .collect();
+    let drawn: Vec<(String, String)> = grants
+        .iter()
+        .filter_map(|g| draws_of.get(&g.id))
+        .flat_map(|d| d.iter().map(|d| (d.name.clone(), d.key.clone())))
+        .collect();
+    if drawn.is_empty() {
+        return Ok((grants, None));
+    }
+    let mut budgets = super::limits::read_budgets(conn, &drawn, true).await?;
+    let mut units: Vec<(Uuid, String, String, i64)> = Vec::new();
+    let mut touched: std::collections::BTreeSet<usize> = std::collections::BTreeSet::new();
+    let mut admitted = Vec::with_capacity(grants.len());
+    let mut refused = 0usize;
+    for g in grants {
+        let Some(draws) = draws_of.get(&g.id) else {
+            admitted.push(g);
+            continue;
+        };
+        let idx = budgets.indexes(draws);
+        if !admit_all(&mut budgets.list, &idx) {
+            refused += 1;
+            continue;
+        }
+        for &(b, cost) in &idx {
+            touched.insert(b);
+            let concurrency = budgets
+                .list
+                .get(b)
+                .is_some_and(|b| b.spec.concurrency.is_some());
+            if let (true, Some((name, key))) = (concurrency, budgets.ids.get(b)) {
+                units.push((g.id, name.clone(), key.clone(), cost));
+            }
+        }
+        admitted.push(g);
+    }
+    if refused > 0 {
+        tracing::debug!(
+            refused,
+            "claim: rows passed over, their shared limits have no room"
+        );
+    }
+    // The new arrival time of every rate budget a start was admitted on.
+    let tats: Vec<(String, String, DateTime<Utc>)> = touched
+        .iter()
+        .filter_map(|&b| {
+            let budget = budgets.list.get(b)?;
+            let tat = budget.spec.rate.and(budget.tat)?;
+            let (name, key) = budgets.ids.get(b)?;
+            Some((
+                name.clone(),
+                key.clone(),
+                crate::domain::limit::instant(tat),
+            ))
+        })
+        .collect();
+    super::limits::store_tats(conn, &tats).await?;
+    super::limits::insert_units(conn, &units).await?;
+    Ok((admitted, Some(budgets.now)))
 }
 
 #[derive(sqlx::FromRow)]
@@ -880,6 +1000,7 @@ mod tests {
                 first,
                 room,
                 lim,
+                draws: None,
             }
         };
         // a: room 2 of 5; p: paused (no room on its first row); b: room 0 of 1.

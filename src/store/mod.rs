@@ -13,8 +13,10 @@ pub mod events;
 pub mod group_commit;
 pub mod health;
 pub mod instances;
+pub mod limits;
 pub mod outbox;
 pub mod tasks;
+pub mod waiting;
 
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgConnection, PgPool};

@@ -222,6 +222,7 @@ pub async fn upsert_task(
         .await
         .map_err(map_db_error)?;
 
+    super::limits::check_draws(&mut tx, &spec.execution.limits).await?;
     let existing = lock_task(&mut tx, spec.id.as_str()).await?;
     if let Some(v) = if_match {
         match &existing {
@@ -309,6 +310,16 @@ pub async fn upsert_task(
                     resumed_fire_at(&spec.trigger, now)?
                 };
                 set_next_fire_at(&mut tx, spec.id.as_str(), next_fire_at).await?;
+            }
+            // Waiting instances draw on what the task draws on now (keys rendered from the
+            // context they will run with).
+            let draws_changed = current.spec.execution.limits != spec.execution.limits
+                || (!spec.execution.limits.is_empty() && current.spec.context != spec.context);
+            if draws_changed {
+                let n = super::limits::render_waiting_draws(&mut tx, spec.id.as_str()).await?;
+                if n > 0 {
+                    tracing::info!(task_id = %spec.id.as_str(), instances = n, reason = "the task's limits or context changed", "waiting instances draw on the task's limits anew");
+                }
             }
             if current.spec.agent_id != spec.agent_id {
                 let moved = super::instances::move_unstarted_to_agent(

@@ -20,7 +20,11 @@ pub(super) const OPERATOR_RETRY_SQL: &str = "upd as ( \
              started_at = null, worker_id = null, lease_token = null, \
              lease_expires_at = null, deadline_at = null, result = null, error = null, \
              error_kind = null, skip_reason = null, updated_at = now(), \
-             agent_id = coalesce((select t.agent_id from tasks t where t.id = i.task_id), i.agent_id) \
+             agent_id = coalesce((select t.agent_id from tasks t where t.id = i.task_id), i.agent_id), \
+             limit_draws = (select kairos_render_limit_draws(t.spec->'execution'->'limits', \
+                     i.task_id, t.agent_id, \
+                     coalesce(t.spec->'context', '{}'::jsonb) || coalesce(i.context_override, '{}'::jsonb)) \
+                 from tasks t where t.id = i.task_id) \
          from old where i.id = old.id \
          returning i.*, old.status as from_status \
      ), ev as ( \

@@ -113,11 +113,18 @@ pub async fn insert_windows_at(
              insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
                  agent_id, attempt, max_attempts, available_at, skip_reason, finished_at, \
                  context_override, created_by, created_status, created_reason, created_at, \
-                 updated_at) \
+                 updated_at, limit_draws) \
              select id, task_id, window_key, scheduled_at, status, source, agent_id, 1, \
                  max_attempts, available_at, skip_reason, \
                  case when status = 'SKIPPED' then created end, context_override, \
-                 $12, status, coalesce(skip_reason, source), created, created \
+                 $12, status, coalesce(skip_reason, source), created, created, \
+                 case when status = 'PENDING' then ( \
+                     select kairos_render_limit_draws(t.spec->'execution'->'limits', r.task_id, \
+                         r.agent_id, coalesce(t.spec->'context', '{}'::jsonb) \
+                             || coalesce(r.context_override, '{}'::jsonb)) \
+                     from tasks t where t.id = r.task_id \
+                       and jsonb_array_length(coalesce(t.spec->'execution'->'limits', '[]'::jsonb)) > 0) \
+                 end \
              from unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], \
                          $6::text[], $7::text[], $8::int[], $9::timestamptz[], $10::text[], \
                          $11::jsonb[]) \
@@ -540,10 +547,12 @@ pub(super) async fn trigger_dependents(
          ), ins as ( \
              insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
                  agent_id, max_attempts, available_at, upstream_instance_id, upstream_result_digest, \
-                 created_by, created_status, created_reason) \
+                 created_by, created_status, created_reason, limit_draws) \
              select gen_random_uuid(), d.id, $2, $3, 'PENDING', 'dependency', d.agent_id, \
                  coalesce((d.spec->'execution'->>'max_retries')::int, 3) + 1, now(), $4, $5, \
-                 'dependency', 'PENDING', $6 \
+                 'dependency', 'PENDING', $6, \
+                 kairos_render_limit_draws(d.spec->'execution'->'limits', d.id, d.agent_id, \
+                     coalesce(d.spec->'context', '{}'::jsonb)) \
              from d \
              on conflict (task_id, window_key) do nothing \
              returning id, task_id, agent_id \

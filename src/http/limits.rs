@@ -1,0 +1,261 @@
+//! `/v1/limits`: shared budgets of concurrency and rate, declared like tasks, with their live
+//! usage, and holds (an operator's, or an agent's after a 429).
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post, put};
+use serde_json::{Value, json};
+
+use super::error::ApiError;
+use super::extract::{JsonBody, body_object, int_field, string_field};
+use super::{AppState, RouteTable};
+use crate::domain::limit::{MAX_HOLD_SECONDS, MAX_KEY_LEN, Rate, micros, parse_limit};
+use crate::domain::schedule::format_instant;
+use crate::domain::task::{MAX_REASON_LEN, TaskId};
+use crate::store::{self, limits as store_limits};
+
+/// Most keys a per_key limit's view lists (the busiest).
+pub const MAX_KEYS_SHOWN: i64 = 20;
+
+pub fn routes(t: RouteTable) -> RouteTable {
+    t.add("put", "/v1/limits/{name}", put(put_limit))
+        .add("get", "/v1/limits/{name}", get(get_limit))
+        .add("delete", "/v1/limits/{name}", delete(delete_limit))
+        .add("get", "/v1/limits", get(list_limits))
+        .add("post", "/v1/limits/{name}/hold", post(hold_limit))
+        .add("post", "/v1/limits/{name}/release", post(release_limit))
+}
+
+fn valid_name(name: &str) -> Result<(), ApiError> {
+    TaskId::parse(name)
+        .map(|_| ())
+        .map_err(|m| ApiError::invalid("name", m.replace("task id", "limit name")))
+}
+
+fn not_found(e: store::Error, name: &str) -> ApiError {
+    match e {
+        store::Error::NotFound => ApiError::NotFound(format!("no limit named {name:?}")),
+        e => e.into(),
+    }
+}
+
+fn rate_json(r: &Rate) -> Value {
+    json!({"count": r.count, "per_seconds": r.per_seconds, "burst": r.burst})
+}
+
+/// A limit with its live usage. For a limit without `per_key`, `running`, `available_rate` and
+/// `held_until` are its one budget's; for a `per_key` limit, `running` is the sum over its
+/// keys, and `keys` lists the busiest keys with their own numbers.
+async fn limit_view(state: &AppState, l: &store_limits::Limit) -> Result<Value, ApiError> {
+    let usage = store_limits::usage(&state.pool, &l.name, MAX_KEYS_SHOWN).await?;
+    let now = micros(usage.now);
+    let available = |tat: Option<chrono::DateTime<chrono::Utc>>| {
+        l.spec.rate.map(|r| r.available(tat.map(micros), now))
+    };
+    let mut v = json!({
+        "name": l.name,
+        "version": l.version,
+        "per_key": l.spec.per_key,
+        "running": usage.running,
+        "created_at": format_instant(l.created_at),
+        "updated_at": format_instant(l.updated_at),
+    });
+    if let Some(c) = l.spec.concurrency {
+        v["concurrency"] = json!(c);
+    }
+    if let Some(r) = &l.spec.rate {
+        v["rate"] = rate_json(r);
+    }
+    if l.spec.per_key {
+        v["available_rate"] = Value::Null;
+        v["held_until"] = Value::Null;
+        v["held_reason"] = Value::Null;
+        v["keys"] = usage
+            .keys
+            .iter()
+            .map(|k| {
+                json!({
+                    "key": k.key,
+                    "running": k.running,
+                    "available_rate": available(k.tat),
+                    "held_until": k.held_until.map(format_instant),
+                    "held_reason": k.held_reason,
+                })
+            })
+            .collect();
+    } else {
+        let one = usage.keys.iter().find(|k| k.key.is_empty());
+        v["available_rate"] = json!(available(one.and_then(|k| k.tat)));
+        v["held_until"] = json!(one.and_then(|k| k.held_until).map(format_instant));
+        v["held_reason"] = json!(one.and_then(|k| k.held_reason.clone()));
+    }
+    Ok(v)
+}
+
+fn with_etag(status: StatusCode, view: Value, version: i64) -> Response {
+    let mut resp = (status, Json(view)).into_response();
+    if let Ok(etag) = HeaderValue::from_str(&format!("\"{version}\"")) {
+        resp.headers_mut().insert(header::ETAG, etag);
+    }
+    resp
+}
+
+/// `If-Match: 3`, `"3"` or `*` (the limit must exist).
+fn if_match(headers: &HeaderMap) -> Result<Option<Option<i64>>, ApiError> {
+    let Some(raw) = headers.get(header::IF_MATCH) else {
+        return Ok(None);
+    };
+    let s = raw.to_str().unwrap_or("").trim();
+    if s == "*" {
+        return Ok(Some(None));
+    }
+    s.trim_matches('"')
+        .parse::<i64>()
+        .map(|v| Some(Some(v)))
+        .map_err(|_| {
+            ApiError::PreconditionFailed(format!(
+                "If-Match must be a limit version such as \"3\", not {s:?}"
+            ))
+        })
+}
+
+async fn put_limit(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    valid_name(&name)?;
+    if body.is_null() {
+        return Err(ApiError::Malformed(
+            "a JSON limit definition is required".to_owned(),
+        ));
+    }
+    let spec = parse_limit(&body).map_err(ApiError::Invalid)?;
+    if let Some(Value::String(n)) = body.get("name")
+        && n != &name
+    {
+        return Err(ApiError::invalid(
+            "name",
+            "must equal the name in the URL path",
+        ));
+    }
+    let expected = match if_match(&headers)? {
+        None => None,
+        Some(Some(v)) => Some(v),
+        Some(None) => match store_limits::get_limit(&state.pool, &name).await {
+            Ok(l) => Some(l.version),
+            Err(store::Error::NotFound) => {
+                return Err(ApiError::PreconditionFailed(
+                    "If-Match: * but the limit does not exist".to_owned(),
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        },
+    };
+    let (outcome, limit) = store_limits::upsert_limit(&state.pool, &name, &spec, expected).await?;
+    let status = match outcome {
+        store_limits::Upserted::Created => {
+            tracing::info!(limit = %name, concurrency = ?spec.concurrency, rate = ?spec.rate, per_key = spec.per_key, "limit created");
+            StatusCode::CREATED
+        }
+        store_limits::Upserted::Replaced => {
+            tracing::info!(limit = %name, version = limit.version, concurrency = ?spec.concurrency, rate = ?spec.rate, per_key = spec.per_key, "limit replaced");
+            StatusCode::OK
+        }
+        store_limits::Upserted::Unchanged => StatusCode::OK,
+    };
+    let view = limit_view(&state, &limit).await?;
+    Ok(with_etag(status, view, limit.version))
+}
+
+async fn get_limit(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let limit = store_limits::get_limit(&state.pool, &name)
+        .await
+        .map_err(|e| not_found(e, &name))?;
+    let view = limit_view(&state, &limit).await?;
+    Ok(with_etag(StatusCode::OK, view, limit.version))
+}
+
+async fn list_limits(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let limits = store_limits::list_limits(&state.pool).await?;
+    let mut items = Vec::with_capacity(limits.len());
+    for l in &limits {
+        items.push(limit_view(&state, l).await?);
+    }
+    Ok(Json(json!({ "items": items })))
+}
+
+async fn delete_limit(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    store_limits::delete_limit(&state.pool, &name)
+        .await
+        .map_err(|e| not_found(e, &name))?;
+    tracing::info!(limit = %name, "limit deleted");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/limits/{name}/hold {"seconds", "key"?, "reason"?}`: nothing starts on the limit
+/// (on that key, for a per_key limit) until now + seconds.
+async fn hold_limit(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let m = body_object(body, &["seconds", "key", "reason"])?;
+    if m.get("seconds").is_none_or(Value::is_null) {
+        return Err(ApiError::invalid("seconds", "is required"));
+    }
+    let seconds = int_field(&m, "seconds", 1, 1, MAX_HOLD_SECONDS)?;
+    let key = string_field(&m, "key", false, MAX_KEY_LEN)?;
+    let reason = string_field(&m, "reason", false, MAX_REASON_LEN)?
+        .unwrap_or_else(|| "held by operator".to_owned());
+    let limit = store_limits::get_limit(&state.pool, &name)
+        .await
+        .map_err(|e| not_found(e, &name))?;
+    if limit.spec.per_key && key.is_none() {
+        return Err(ApiError::invalid(
+            "key",
+            "is required: the limit keeps a budget per key",
+        ));
+    }
+    let mut conn = state.pool.acquire().await.map_err(store::map_db_error)?;
+    let until = store_limits::hold(
+        &mut conn,
+        &name,
+        key.as_deref().unwrap_or(""),
+        seconds,
+        &reason,
+    )
+    .await
+    .map_err(|e| not_found(e, &name))?;
+    drop(conn);
+    tracing::info!(limit = %name, key = %key.as_deref().unwrap_or(""), held_until = %format_instant(until), reason = %reason, "limit held");
+    let view = limit_view(&state, &limit).await?;
+    Ok(with_etag(StatusCode::OK, view, limit.version))
+}
+
+/// `POST /v1/limits/{name}/release {"key"?}`: lift the hold of that key (every hold of the
+/// limit when no key is given).
+async fn release_limit(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let m = body_object(body, &["key"])?;
+    let key = string_field(&m, "key", false, MAX_KEY_LEN)?;
+    let limit = store_limits::get_limit(&state.pool, &name)
+        .await
+        .map_err(|e| not_found(e, &name))?;
+    let n = store_limits::release(&state.pool, &name, key.as_deref()).await?;
+    tracing::info!(limit = %name, key = ?key, released = n, "limit hold lifted");
+    let view = limit_view(&state, &limit).await?;
+    Ok(with_etag(StatusCode::OK, view, limit.version))
+}

@@ -1,0 +1,660 @@
+//! Shared limits: their definitions (`limits`), the state of each budget (`limit_state`: the
+//! rate's theoretical arrival time and holds) and the units RUNNING instances hold
+//! (`limit_units`). The rules are [`crate::domain::limit`]; how claims use them is
+//! [`super::claim`].
+//!
+//! Lock order: an instance row, then budget rows in `(limit_name, key)` order. Claims lock the
+//! budgets they admit starts on (and wait for them: admissions of one budget are serialised
+//! across replicas); holds lock one budget. Units are written by the claim that makes an
+//! instance RUNNING and deleted by a trigger when it leaves RUNNING by any path, so no exit can
+//! forget to give them back.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
+
+use super::{Error, Result, map_db_error};
+use crate::domain::limit::{Budget, LimitSpec, micros};
+use crate::domain::task::FieldError;
+
+/// A stored limit.
+#[derive(Debug, Clone)]
+pub struct Limit {
+    pub name: String,
+    pub spec: LimitSpec,
+    pub version: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(sqlx::FromRow)]
+struct LimitRow {
+    name: String,
+    spec: Json<LimitSpec>,
+    version: i64,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl From<LimitRow> for Limit {
+    fn from(r: LimitRow) -> Self {
+        Limit {
+            name: r.name,
+            spec: r.spec.0,
+            version: r.version,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+const LIMIT_COLUMNS: &str = "name, spec, version, created_at, updated_at";
+
+/// What a PUT did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upserted {
+    Created,
+    Replaced,
+    Unchanged,
+}
+
+pub async fn get_limit(pool: &PgPool, name: &str) -> Result<Limit> {
+    let row: LimitRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {LIMIT_COLUMNS} from limits where name = $1"
+    )))
+    .bind(name)
+    .fetch_one(pool)
+    .await
+    .map_err(map_db_error)?;
+    Ok(row.into())
+}
+
+/// Every limit, by name.
+pub async fn list_limits(pool: &PgPool) -> Result<Vec<Limit>> {
+    let rows: Vec<LimitRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {LIMIT_COLUMNS} from limits order by name"
+    )))
+    .fetch_all(pool)
+    .await
+    .map_err(map_db_error)?;
+    Ok(rows.into_iter().map(Limit::from).collect())
+}
+
+/// The tasks whose `execution.limits` name `name`, with the entry (cost, whether it has a key).
+async fn tasks_drawing_on(conn: &mut PgConnection, name: &str) -> Result<Vec<(String, i64, bool)>> {
+    sqlx::query_as(
+        "select t.id, coalesce((d->>'cost')::bigint, 1), coalesce(d->>'key', '') <> '' \
+         from tasks t cross join lateral jsonb_array_elements( \
+             coalesce(t.spec->'execution'->'limits', '[]'::jsonb)) d \
+         where t.spec->'execution'->'limits' @> jsonb_build_array(jsonb_build_object('name', $1::text)) \
+           and d->>'name' = $1 \
+         order by t.id",
+    )
+    .bind(name)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)
+}
+
+/// Create or replace a limit declaratively: the same spec changes nothing (not even the
+/// version); a change that would leave a task drawing on it unable ever to start is a conflict
+/// naming the task. A changed rate applies from the change on (the budget's state is kept).
+pub async fn upsert_limit(
+    pool: &PgPool,
+    name: &str,
+    spec: &LimitSpec,
+    if_match: Option<i64>,
+) -> Result<(Upserted, Limit)> {
+    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let existing: Option<LimitRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {LIMIT_COLUMNS} from limits where name = $1 for no key update"
+    )))
+    .bind(name)
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(map_db_error)?;
+    if let Some(v) = if_match {
+        match &existing {
+            Some(l) if l.version == v => {}
+            Some(l) => return Err(Error::VersionMismatch { current: l.version }),
+            None => return Err(Error::VersionMismatch { current: 0 }),
+        }
+    }
+    let outcome = match existing {
+        Some(l) if l.spec.0 == *spec => {
+            tx.commit().await.map_err(map_db_error)?;
+            return Ok((Upserted::Unchanged, l.into()));
+        }
+        Some(_) => {
+            for (task, cost, has_key) in tasks_drawing_on(&mut tx, name).await? {
+                if let Some(why) = spec.refuses_cost(cost) {
+                    return Err(Error::Conflict(format!(
+                        "task {task:?} draws {cost} units on this limit, whose cost {why}; \
+                         change the task first"
+                    )));
+                }
+                if spec.per_key && !has_key {
+                    return Err(Error::Conflict(format!(
+                        "task {task:?} draws on this limit without a key, which a per_key \
+                         limit requires; give the task a key first"
+                    )));
+                }
+            }
+            // Units held by running instances move to the budgets the new spec keeps: every
+            // key to '' when per_key is turned off, each instance's rendered key when it is
+            // turned on.
+            sqlx::query(
+                "update limit_units u set key = case when $2 then coalesce(( \
+                     select d->>'key' from task_instance i \
+                     cross join lateral jsonb_array_elements(i.limit_draws) d \
+                     where i.id = u.instance_id and d->>'name' = u.limit_name limit 1), '') \
+                     else '' end \
+                 where u.limit_name = $1",
+            )
+            .bind(name)
+            .bind(spec.per_key)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_db_error)?;
+            sqlx::query(
+                "update limits set spec = $2, version = version + 1, updated_at = now() \
+                 where name = $1",
+            )
+            .bind(name)
+            .bind(Json(spec))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_db_error)?;
+            Upserted::Replaced
+        }
+        None => {
+            let inserted = sqlx::query(
+                "insert into limits (name, spec) values ($1, $2) on conflict (name) do nothing",
+            )
+            .bind(name)
+            .bind(Json(spec))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_db_error)?;
+            if inserted.rows_affected() == 0 {
+                return Err(Error::Conflict(format!(
+                    "limit {name:?} was created concurrently; retry the request"
+                )));
+            }
+            Upserted::Created
+        }
+    };
+    let row: LimitRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {LIMIT_COLUMNS} from limits where name = $1"
+    )))
+    .bind(name)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(map_db_error)?;
+    tx.commit().await.map_err(map_db_error)?;
+    Ok((outcome, row.into()))
+}
+
+/// Delete a limit: a conflict naming the tasks while any task draws on it.
+pub async fn delete_limit(pool: &PgPool, name: &str) -> Result<()> {
+    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let found: Option<String> =
+        sqlx::query_scalar("select name from limits where name = $1 for update")
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_db_error)?;
+    if found.is_none() {
+        return Err(Error::NotFound);
+    }
+    let users = tasks_drawing_on(&mut tx, name).await?;
+    if !users.is_empty() {
+        let names: Vec<&str> = users.iter().take(10).map(|u| u.0.as_str()).collect();
+        return Err(Error::Conflict(format!(
+            "tasks draw on limit {name:?}: {}{}",
+            names.join(", "),
+            if users.len() > 10 { ", …" } else { "" }
+        )));
+    }
+    sqlx::query("delete from limits where name = $1")
+        .bind(name)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_db_error)?;
+    tx.commit().await.map_err(map_db_error)?;
+    Ok(())
+}
+
+/// In a task's upsert transaction: check its `execution.limits` against the limits (locked
+/// `for share` until the task is written, so none is deleted or changed meanwhile). Returns the
+/// first problem, naming its field.
+pub async fn check_draws(
+    conn: &mut PgConnection,
+    draws: &[crate::domain::limit::Draw],
+) -> Result<()> {
+    if draws.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = draws.iter().map(|d| d.name.as_str()).collect();
+    let found: Vec<(String, Json<LimitSpec>)> = sqlx::query_as(
+        "select name, spec from limits where name = any($1) order by name for share",
+    )
+    .bind(&names)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    let specs: HashMap<&str, &LimitSpec> = found.iter().map(|(n, s)| (n.as_str(), &s.0)).collect();
+    for (i, d) in draws.iter().enumerate() {
+        let Some(spec) = specs.get(d.name.as_str()) else {
+            return Err(Error::Invalid(FieldError::new(
+                format!("execution.limits[{i}].name"),
+                format!(
+                    "no limit named {:?} (create it with PUT /v1/limits/{{name}})",
+                    d.name
+                ),
+            )));
+        };
+        if spec.per_key && d.key.as_deref().is_none_or(str::is_empty) {
+            return Err(Error::Invalid(FieldError::new(
+                format!("execution.limits[{i}].key"),
+                format!("is required: limit {:?} keeps a budget per key", d.name),
+            )));
+        }
+        if let Some(why) = spec.refuses_cost(d.cost) {
+            return Err(Error::Invalid(FieldError::new(
+                format!("execution.limits[{i}].cost"),
+                why,
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Render the draws of a task's waiting (PENDING, FAILED) instances afresh, after its limits or
+/// its context changed. Returns how many instances were rendered.
+pub async fn render_waiting_draws(conn: &mut PgConnection, task_id: &str) -> Result<u64> {
+    Ok(sqlx::query(
+        "update task_instance i set limit_draws = kairos_render_limit_draws( \
+             t.spec->'execution'->'limits', i.task_id, i.agent_id, \
+             coalesce(t.spec->'context', '{}'::jsonb) || coalesce(i.context_override, '{}'::jsonb)) \
+         from tasks t \
+         where t.id = $1 and i.task_id = $1 and i.status in ('PENDING', 'FAILED')",
+    )
+    .bind(task_id)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_db_error)?
+    .rows_affected())
+}
+
+/// A CTE body (`blocked as materialized (…)`): the budgets that cannot start even one unit now,
+/// as `(name, key)` with key null for a limit without `per_key` (all its draws). Held budgets,
+/// rates with no start available (`tat > now + burst·T`) and concurrency budgets whose units are
+/// all taken. Read in the claim's pick so that rows waiting on a limit are passed over by the
+/// scan instead of filling the claim; it costs an empty scan when no limit exists. Whether a row
+/// of a budget with some room really fits is decided later, under the budget's lock.
+pub const BLOCKED_BUDGETS_SQL: &str = "select l.name, \
+         case when (l.spec->>'per_key')::boolean then b.key end as key \
+     from limits l cross join lateral ( \
+         select s.key from limit_state s where s.limit_name = l.name \
+           and (s.held_until > now() \
+                or (l.spec ? 'rate' and s.tat > now() + make_interval(secs => \
+                    (l.spec->'rate'->>'burst')::float8 * (l.spec->'rate'->>'per_seconds')::float8 \
+                    / (l.spec->'rate'->>'count')::float8))) \
+         union \
+         select u.key from limit_units u where u.limit_name = l.name and l.spec ? 'concurrency' \
+         group by u.key having sum(u.cost) >= (l.spec->>'concurrency')::bigint \
+     ) b";
+
+/// `true` when the instance row `alias` draws on no budget of `blocked` (the CTE above).
+pub fn not_blocked_sql(alias: &str) -> String {
+    format!(
+        "({alias}.limit_draws is null or not exists ( \
+             select 1 from jsonb_array_elements({alias}.limit_draws) d join blocked b \
+               on b.name = d->>'name' and (b.key is null or b.key = d->>'key')))"
+    )
+}
+
+/// A budget's identity: the limit and the key (`""` for a limit without `per_key`).
+pub type BudgetKey = (String, String);
+
+#[derive(sqlx::FromRow)]
+struct BudgetRow {
+    name: String,
+    key: String,
+    spec: Json<LimitSpec>,
+    running: i64,
+    tat: Option<DateTime<Utc>>,
+    held_until: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+}
+
+/// The budgets of `draws` (limit name, rendered key) as they are now: found by the rendered
+/// key, each key mapped to its budget (`""` for a limit without `per_key`). Draws on a limit
+/// that no longer exists have no budget. With `lock`, the budgets' rows are created when
+/// missing and locked in `(limit_name, key)` order first, and the budgets are read after the
+/// locks are held (a fresh snapshot: every admission committed before is seen), at
+/// `clock_timestamp()`, the instant the caller must record its starts at.
+pub async fn read_budgets(
+    conn: &mut PgConnection,
+    draws: &[(String, String)],
+    lock: bool,
+) -> Result<Budgets> {
+    let mut names: Vec<&str> = Vec::new();
+    let mut keys: Vec<&str> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (n, k) in draws {
+        if seen.insert((n.as_str(), k.as_str())) {
+            names.push(n);
+            keys.push(k);
+        }
+    }
+    if lock {
+        // Create missing budgets (a concurrent first insert waits for the other's commit),
+        // then lock all of them in one order.
+        sqlx::query(
+            "with d as ( \
+                 select distinct d.name, case when (l.spec->>'per_key')::boolean then d.key else '' end as key \
+                 from unnest($1::text[], $2::text[]) as d(name, key) join limits l on l.name = d.name \
+             ) \
+             insert into limit_state (limit_name, key) select name, key from d order by name, key \
+             on conflict do nothing",
+        )
+        .bind(&names)
+        .bind(&keys)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_db_error)?;
+        sqlx::query(
+            "select 1 from limit_state s \
+             where (s.limit_name, s.key) in ( \
+                 select d.name, case when (l.spec->>'per_key')::boolean then d.key else '' end \
+                 from unnest($1::text[], $2::text[]) as d(name, key) join limits l on l.name = d.name) \
+             order by s.limit_name, s.key for update",
+        )
+        .bind(&names)
+        .bind(&keys)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_db_error)?;
+    }
+    let rows: Vec<BudgetRow> = sqlx::query_as(
+        "select d.name, d.key, l.spec, \
+             (select coalesce(sum(u.cost), 0) from limit_units u \
+              where u.limit_name = d.name and u.key = e.key)::bigint as running, \
+             s.tat, s.held_until, clock_timestamp() as now \
+         from unnest($1::text[], $2::text[]) as d(name, key) \
+         join limits l on l.name = d.name \
+         cross join lateral (select case when (l.spec->>'per_key')::boolean then d.key else '' end as key) e \
+         left join limit_state s on s.limit_name = d.name and s.key = e.key",
+    )
+    .bind(&names)
+    .bind(&keys)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    let now = rows.first().map(|r| r.now).unwrap_or_else(Utc::now);
+    // One budget per (limit, effective key): draws of one limit with different rendered keys
+    // share it when the limit is not per_key.
+    let mut out = Budgets {
+        of_draw: HashMap::new(),
+        list: Vec::new(),
+        ids: Vec::new(),
+        now,
+    };
+    let mut by_effective: HashMap<BudgetKey, usize> = HashMap::new();
+    for r in rows {
+        let effective = if r.spec.0.per_key {
+            r.key.clone()
+        } else {
+            String::new()
+        };
+        let at = *by_effective
+            .entry((r.name.clone(), effective.clone()))
+            .or_insert_with(|| {
+                out.list.push(Budget {
+                    spec: r.spec.0.clone(),
+                    running: r.running,
+                    tat: r.tat.map(micros),
+                    held_until: r.held_until.map(micros),
+                    now: micros(now),
+                });
+                out.ids.push((r.name.clone(), effective));
+                out.list.len() - 1
+            });
+        out.of_draw.insert((r.name, r.key), at);
+    }
+    Ok(out)
+}
+
+/// Budgets as [`read_budgets`] found them.
+pub struct Budgets {
+    /// (limit, rendered key) → index in `list`.
+    pub of_draw: HashMap<BudgetKey, usize>,
+    pub list: Vec<Budget>,
+    /// Each budget's (limit, effective key), by index.
+    pub ids: Vec<BudgetKey>,
+    /// The instant they were read at.
+    pub now: DateTime<Utc>,
+}
+
+impl Budgets {
+    /// A row's draws as (budget index, cost); draws on limits that no longer exist are dropped.
+    pub fn indexes(&self, draws: &[crate::domain::limit::RenderedDraw]) -> Vec<(usize, i64)> {
+        draws
+            .iter()
+            .filter_map(|d| {
+                self.of_draw
+                    .get(&(d.name.clone(), d.key.clone()))
+                    .map(|b| (*b, d.cost))
+            })
+            .collect()
+    }
+}
+
+/// After admissions: store each rate budget's new theoretical arrival time. `tats` are
+/// `(limit, effective key, tat)`; the rows are the ones [`read_budgets`] locked.
+pub async fn store_tats(
+    conn: &mut PgConnection,
+    tats: &[(String, String, DateTime<Utc>)],
+) -> Result<()> {
+    if tats.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = tats.iter().map(|t| t.0.as_str()).collect();
+    let keys: Vec<&str> = tats.iter().map(|t| t.1.as_str()).collect();
+    let at: Vec<DateTime<Utc>> = tats.iter().map(|t| t.2).collect();
+    sqlx::query(
+        "update limit_state s set tat = d.tat \
+         from unnest($1::text[], $2::text[], $3::timestamptz[]) as d(name, key, tat) \
+         where s.limit_name = d.name and s.key = d.key",
+    )
+    .bind(&names)
+    .bind(&keys)
+    .bind(&at)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    Ok(())
+}
+
+/// Units taken by starts: `(instance, limit, effective key, cost)`.
+pub async fn insert_units(
+    conn: &mut PgConnection,
+    units: &[(uuid::Uuid, String, String, i64)],
+) -> Result<()> {
+    if units.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<uuid::Uuid> = units.iter().map(|u| u.0).collect();
+    let names: Vec<&str> = units.iter().map(|u| u.1.as_str()).collect();
+    let keys: Vec<&str> = units.iter().map(|u| u.2.as_str()).collect();
+    let costs: Vec<i32> = units
+        .iter()
+        .map(|u| i32::try_from(u.3).unwrap_or(i32::MAX))
+        .collect();
+    sqlx::query(
+        "insert into limit_units (instance_id, limit_name, key, cost) \
+         select * from unnest($1::uuid[], $2::text[], $3::text[], $4::int[]) \
+         on conflict (instance_id, limit_name) do update set key = excluded.key, cost = excluded.cost",
+    )
+    .bind(&ids)
+    .bind(&names)
+    .bind(&keys)
+    .bind(&costs)
+    .execute(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    Ok(())
+}
+
+/// Hold a budget until `now + seconds` (never shortening a later hold): nothing starts on it
+/// until then. `key` is the rendered key (ignored for a limit without `per_key`). Returns the
+/// instant held until.
+pub async fn hold(
+    conn: &mut PgConnection,
+    name: &str,
+    key: &str,
+    seconds: i64,
+    reason: &str,
+) -> Result<DateTime<Utc>> {
+    let until: Option<DateTime<Utc>> = sqlx::query_scalar(
+        "insert into limit_state (limit_name, key, held_until, held_reason) \
+         select l.name, case when (l.spec->>'per_key')::boolean then $2 else '' end, \
+             clock_timestamp() + make_interval(secs => $3), $4 \
+         from limits l where l.name = $1 \
+         on conflict (limit_name, key) do update set \
+             held_until = greatest(limit_state.held_until, excluded.held_until), \
+             held_reason = case when limit_state.held_until is null \
+                                  or limit_state.held_until <= excluded.held_until \
+                                then excluded.held_reason else limit_state.held_reason end \
+         returning held_until",
+    )
+    .bind(name)
+    .bind(key)
+    .bind(seconds as f64)
+    .bind(reason)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    until.ok_or(Error::NotFound)
+}
+
+/// Lift a hold (all keys of the limit when `key` is None). Returns the budgets released.
+pub async fn release(pool: &PgPool, name: &str, key: Option<&str>) -> Result<u64> {
+    Ok(sqlx::query(
+        "update limit_state s set held_until = null, held_reason = null \
+         from limits l \
+         where l.name = $1 and s.limit_name = l.name and s.held_until is not null \
+           and ($2::text is null or s.key = case when (l.spec->>'per_key')::boolean then $2 else '' end)",
+    )
+    .bind(name)
+    .bind(key)
+    .execute(pool)
+    .await
+    .map_err(map_db_error)?
+    .rows_affected())
+}
+
+/// One budget's live usage.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct KeyUsage {
+    pub key: String,
+    pub running: i64,
+    pub tat: Option<DateTime<Utc>>,
+    pub held_until: Option<DateTime<Utc>>,
+    pub held_reason: Option<String>,
+}
+
+/// A limit's live usage: its budgets with units running or state, busiest first (at most
+/// `top` of them), the total units running, and the database's now.
+pub struct Usage {
+    pub keys: Vec<KeyUsage>,
+    pub running: i64,
+    pub now: DateTime<Utc>,
+}
+
+pub async fn usage(pool: &PgPool, name: &str, top: i64) -> Result<Usage> {
+    let mut conn = pool.acquire().await.map_err(map_db_error)?;
+    let keys: Vec<KeyUsage> = sqlx::query_as(
+        "with k as ( \
+             select key from limit_state where limit_name = $1 \
+             union select distinct key from limit_units where limit_name = $1 \
+         ) \
+         select k.key, \
+             (select coalesce(sum(u.cost), 0) from limit_units u \
+              where u.limit_name = $1 and u.key = k.key)::bigint as running, \
+             s.tat, case when s.held_until > now() then s.held_until end as held_until, \
+             case when s.held_until > now() then s.held_reason end as held_reason \
+         from k left join limit_state s on s.limit_name = $1 and s.key = k.key \
+         order by running desc, s.held_until desc nulls last, s.tat desc nulls last, k.key \
+         limit $2",
+    )
+    .bind(name)
+    .bind(top)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    let (running, now): (i64, DateTime<Utc>) = sqlx::query_as(
+        "select (select coalesce(sum(cost), 0) from limit_units where limit_name = $1)::bigint, now()",
+    )
+    .bind(name)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    Ok(Usage { keys, running, now })
+}
+
+/// The instance's draw on limit `name` (its rendered key), if it draws on it.
+pub async fn instance_draw(
+    pool: &PgPool,
+    instance_id: uuid::Uuid,
+    name: &str,
+) -> Result<Option<String>> {
+    let key: Option<Option<String>> = sqlx::query_scalar(
+        "select (select d->>'key' from jsonb_array_elements(coalesce(limit_draws, '[]'::jsonb)) d \
+                 where d->>'name' = $2 limit 1) \
+         from task_instance where id = $1",
+    )
+    .bind(instance_id)
+    .bind(name)
+    .fetch_optional(pool)
+    .await
+    .map_err(map_db_error)?;
+    match key {
+        None => Err(Error::NotFound),
+        Some(k) => Ok(k),
+    }
+}
+
+/// Per limit: units held by RUNNING instances, and PENDING instances due now that draw on it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Gauge {
+    pub name: String,
+    pub in_use: i64,
+    pub waiting: i64,
+}
+
+/// [`Gauge`]s of every limit (at most 1,000), for `kairos_limit_in_use` and
+/// `kairos_limit_waiting`. The waiting count reads the due PENDING rows that draw on limits.
+pub async fn gauges(pool: &PgPool) -> Result<Vec<Gauge>> {
+    sqlx::query_as(
+        "with w as ( \
+             select d->>'name' as name, count(*) as n \
+             from task_instance i cross join lateral jsonb_array_elements(i.limit_draws) d \
+             where i.status = 'PENDING' and i.limit_draws is not null and i.available_at <= now() \
+               and exists (select 1 from limits) \
+             group by 1 \
+         ) \
+         select l.name, \
+             (select coalesce(sum(u.cost), 0) from limit_units u where u.limit_name = l.name)::bigint as in_use, \
+             coalesce(w.n, 0)::bigint as waiting \
+         from limits l left join w on w.name = l.name \
+         order by l.name limit 1000",
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(map_db_error)
+}
