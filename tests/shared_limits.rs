@@ -1228,3 +1228,86 @@ async fn concurrency_units_come_back_on_every_exit_from_running(pool: PgPool) {
     }
     assert_eq!(units_total(&pool).await, 0);
 }
+
+/// The reasons of `waiting_on` in an instance's detail.
+async fn waiting_reasons(app: &TestApp, id: &str) -> Vec<Value> {
+    let (status, body) = json(app.get(&format!("/v1/instances/{id}")).await).await;
+    assert_eq!(status, 200, "{body}");
+    body["waiting_on"].as_array().cloned().unwrap_or_default()
+}
+
+#[sqlx::test]
+async fn a_waiting_instance_says_which_limit_holds_it_and_who_runs_on_it(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    limit_ok(&app, "openai", json!({"concurrency": 1})).await;
+    limit_ok(&app, "tenant", json!({"concurrency": 5, "per_key": true})).await;
+    manual_task(
+        &app,
+        "report",
+        "agent-a",
+        json!([{"name": "openai"}, {"name": "tenant", "key": "t-{{params.tenant}}"}]),
+    )
+    .await;
+    trigger(&app, "report", 2, json!({"params": {"tenant": "acme"}})).await;
+    let running = claim(&app, "agent-a", "w1", 5, json!({})).await;
+    assert_eq!(running.len(), 1);
+    let (_, page) = json(app.get("/v1/instances?task_id=report&status=PENDING").await).await;
+    let waiting = page["items"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let reasons = waiting_reasons(&app, &waiting).await;
+    let on_limit: Vec<&Value> = reasons
+        .iter()
+        .filter(|r| r["reason"] == "limit_concurrency")
+        .collect();
+    assert_eq!(on_limit.len(), 1, "{reasons:?}");
+    assert_eq!(on_limit[0]["limit"], "openai");
+    let detail = on_limit[0]["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("1 of 1"), "{detail}");
+    assert!(detail.contains(&id_of(&running[0])), "{detail}");
+    // The agent claimed a moment ago: it is not absent.
+    assert!(
+        reasons.iter().all(|r| r["reason"] != "no_agent"),
+        "{reasons:?}"
+    );
+
+    // Held on the tenant's key: the hold is named with its key and its end.
+    let (status, body) = json(
+        app.post(
+            "/v1/limits/tenant/hold",
+            json!({"seconds": 600, "key": "t-acme", "reason": "429 from the API"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let reasons = waiting_reasons(&app, &waiting).await;
+    let held = reasons
+        .iter()
+        .find(|r| r["reason"] == "limit_held")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(held["limit"], "tenant", "{reasons:?}");
+    assert_eq!(held["key"], "t-acme", "{reasons:?}");
+    assert!(held["until"].is_string(), "{held}");
+
+    // An agent never seen claiming: its instances say so.
+    manual_task(&app, "lonely", "agent-never", json!([])).await;
+    trigger(&app, "lonely", 1, json!({})).await;
+    let (_, page) = json(app.get("/v1/instances?task_id=lonely").await).await;
+    let lonely = page["items"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let reasons = waiting_reasons(&app, &lonely).await;
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    assert_eq!(reasons[0]["reason"], "no_agent");
+    // A running instance has no waiting_on at all.
+    let (_, body) = json(
+        app.get(&format!("/v1/instances/{}", id_of(&running[0])))
+            .await,
+    )
+    .await;
+    assert!(body.get("waiting_on").is_none(), "{body}");
+}
