@@ -311,7 +311,7 @@ pub const BLOCKED_BUDGETS_SQL: &str = "select l.name, \
 /// `true` when the instance row `alias` draws on no budget of `blocked` (the CTE above).
 pub fn not_blocked_sql(alias: &str) -> String {
     format!(
-        "({alias}.limit_draws is null or not exists ( \
+        "({alias}.limit_draws is null or not exists (select 1 from blocked) or not exists ( \
              select 1 from jsonb_array_elements({alias}.limit_draws) d join blocked b \
                on b.name = d->>'name' and (b.key is null or b.key = d->>'key')))"
     )
@@ -351,7 +351,7 @@ pub async fn read_budgets(
             keys.push(k);
         }
     }
-    if lock {
+    if lock && !lock_budgets(conn, &names, &keys).await? {
         // Create missing budgets (a concurrent first insert waits for the other's commit),
         // then lock all of them in one order.
         sqlx::query(
@@ -452,6 +452,27 @@ impl Budgets {
             })
             .collect()
     }
+}
+
+/// Lock the budgets of `(names, keys)` in `(limit_name, key)` order; whether every one of them
+/// exists (otherwise the caller creates the missing ones and locks again).
+async fn lock_budgets(conn: &mut PgConnection, names: &[&str], keys: &[&str]) -> Result<bool> {
+    let (wanted, locked): (i64, i64) = sqlx::query_as(
+        "with d as ( \
+             select distinct d.name, case when (l.spec->>'per_key')::boolean then d.key else '' end as key \
+             from unnest($1::text[], $2::text[]) as d(name, key) join limits l on l.name = d.name \
+         ), locked as ( \
+             select 1 from limit_state s where (s.limit_name, s.key) in (select name, key from d) \
+             order by s.limit_name, s.key for update \
+         ) \
+         select (select count(*) from d), (select count(*) from locked)",
+    )
+    .bind(names)
+    .bind(keys)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    Ok(locked >= wanted)
 }
 
 /// After admissions: store each rate budget's new theoretical arrival time. `tats` are
