@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use kairos::cli::{self, Conn, InstanceCommand, TaskCommand};
+use kairos::cli::{self, Conn, InstanceCommand, LimitCommand, TaskCommand};
 use kairos::config::Config;
 use kairos::domain::schedule::{CronSchedule, format_instant};
 
@@ -51,6 +51,13 @@ enum Command {
         #[command(subcommand)]
         command: InstanceCommand,
     },
+    /// Manage shared limits (budgets of concurrency and rate) on a running daemon.
+    Limit {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        command: LimitCommand,
+    },
     /// Print a shell completion script, e.g. `kairos completions bash > /etc/bash_completion.d/kairos`.
     Completions {
         #[arg(value_enum)]
@@ -90,6 +97,7 @@ fn main() -> ExitCode {
         } => cron_next(&expr, &timezone, count, from.as_deref()),
         Command::Task { conn, command } => cli::run_task(conn, command),
         Command::Instance { conn, command } => cli::run_instance(conn, command),
+        Command::Limit { conn, command } => cli::run_limit(conn, command),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "kairos", &mut std::io::stdout());
             ExitCode::SUCCESS

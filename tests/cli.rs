@@ -1,4 +1,4 @@
-//! The `kairos task` / `kairos instance` command line, run as a person would: the real binary
+//! The `kairos task` / `kairos instance` / `kairos limit` command line, run as a person would: the real binary
 //! against a real daemon and database, asserting on its output, exit code and the state it left.
 
 mod common;
@@ -492,6 +492,379 @@ async fn a_dead_instance_is_listed_retried_and_its_events_shown(pool: PgPool) {
     assert_eq!(cancelled["status"], "CANCELLED");
 }
 
+/// Tasks that draw on two limits, in a file that sorts before the limits' file.
+const LIMITED_TASKS: &str = "\
+- id: summarize
+  agent_id: agent_a
+  trigger: {type: manual}
+  execution:
+    concurrency_limit: 100
+    limits: [{name: openai}, {name: tenant-api, key: '{{params.tenant}}'}]
+- id: classify
+  agent_id: agent_b
+  trigger: {type: manual}
+  execution:
+    concurrency_limit: 100
+    limits: [{name: openai, cost: 2}]
+";
+
+const LIMITS: &str = "\
+- kind: limit
+  name: openai
+  concurrency: 2
+  rate: {count: 500, per_seconds: 60, burst: 2}
+---
+kind: limit
+name: tenant-api
+concurrency: 2
+per_key: true
+";
+
+async fn limit_json(app: &TestApp, name: &str) -> (u16, Value) {
+    json(app.get(&format!("/v1/limits/{name}")).await).await
+}
+
+#[sqlx::test]
+async fn apply_registers_limits_before_the_tasks_that_name_them_and_orders_a_lowering_after(
+    pool: PgPool,
+) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let dir = tempdir();
+    write(dir.path(), "a_tasks.yaml", LIMITED_TASKS);
+    write(dir.path(), "z_limits.yaml", LIMITS);
+    let d = dir.path().to_str().expect("utf-8 path");
+
+    let first = kairos(&app, &["task", "apply", "-f", d]).await;
+    assert_eq!(
+        ok(&first),
+        "limit openai created\nlimit tenant-api created\n\
+         task summarize created\ntask classify created\n",
+        "limits first, though their file sorts last"
+    );
+    let (_, l) = limit_json(&app, "openai").await;
+    assert_eq!(l["concurrency"], 2);
+    assert_eq!(
+        l["rate"],
+        json!({"count": 500, "per_seconds": 60, "burst": 2})
+    );
+    assert_eq!(limit_json(&app, "tenant-api").await.1["per_key"], true);
+    let (_, t) = task_json(&app, "classify").await;
+    assert_eq!(t["execution"]["limits"][0]["cost"], 2);
+
+    let again = kairos(&app, &["task", "apply", "-f", d]).await;
+    assert_eq!(
+        ok(&again),
+        "limit openai unchanged\nlimit tenant-api unchanged\n\
+         task summarize unchanged\ntask classify unchanged\n"
+    );
+    assert_eq!(limit_json(&app, "openai").await.1["version"], 1);
+
+    // `limit apply` takes only the limits; its dry run names the changed field.
+    write(
+        dir.path(),
+        "z_limits.yaml",
+        &LIMITS.replace("burst: 2", "burst: 5"),
+    );
+    let dry = kairos(&app, &["limit", "apply", "-f", d, "--dry-run"]).await;
+    assert_eq!(
+        ok(&dry),
+        "limit openai configured (dry run)\n  rate.burst: 2 -> 5\n\
+         limit tenant-api unchanged (dry run)\n"
+    );
+    assert!(
+        dry.stderr.contains("2 task definition(s) skipped"),
+        "{}",
+        dry.stderr
+    );
+    assert_eq!(limit_json(&app, "openai").await.1["rate"]["burst"], 2);
+    let applied = parse(&kairos(&app, &["limit", "apply", "-f", d, "-o", "json"]).await);
+    assert_eq!(
+        applied["limits"][0],
+        json!({"name": "openai", "action": "configured",
+               "changes": [{"path": "rate.burst", "old": 2, "new": 5}]})
+    );
+    assert_eq!(applied["limits"][1]["action"], "unchanged");
+    assert_eq!(limit_json(&app, "openai").await.1["version"], 2);
+
+    // Lowering a task's cost and its limit's concurrency together: the limit alone would be
+    // refused (409, the task still draws 2), so it is applied after the task.
+    write(
+        dir.path(),
+        "a_tasks.yaml",
+        &LIMITED_TASKS.replace("cost: 2", "cost: 1"),
+    );
+    write(
+        dir.path(),
+        "z_limits.yaml",
+        &LIMITS
+            .replace("burst: 2", "burst: 5")
+            .replace("concurrency: 2\n  rate", "concurrency: 1\n  rate"),
+    );
+    let lowered = kairos(&app, &["task", "apply", "-f", d]).await;
+    assert_eq!(
+        ok(&lowered),
+        "limit tenant-api unchanged\ntask summarize unchanged\n\
+         task classify configured\n  execution.limits[0].cost: 2 -> 1\n\
+         limit openai configured\n  concurrency: 2 -> 1\n"
+    );
+    assert_eq!(limit_json(&app, "openai").await.1["concurrency"], 1);
+    // `limit apply` alone does not reorder: a lowering below a task's cost is its exit 1, and
+    // the other limits are still applied.
+    write(dir.path(), "z_limits.yaml", LIMITS);
+    ok(&kairos(&app, &["limit", "apply", "-f", d]).await);
+    let (s, _) = json(
+        app.put(
+            "/v1/tasks/classify",
+            json!({"agent_id": "agent_b", "trigger": {"type": "manual"},
+                   "execution": {"concurrency_limit": 100, "limits": [{"name": "openai", "cost": 2}]}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, 200);
+    write(
+        dir.path(),
+        "z_limits.yaml",
+        &LIMITS.replace("concurrency: 2\n  rate", "concurrency: 1\n  rate"),
+    );
+    let refused = kairos(&app, &["limit", "apply", "-f", d]).await;
+    assert_eq!(refused.code, 1, "{}{}", refused.stdout, refused.stderr);
+    assert!(
+        refused.stderr.contains("limit openai"),
+        "{}",
+        refused.stderr
+    );
+    assert!(refused.stderr.contains("409"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("classify"), "{}", refused.stderr);
+    assert_eq!(refused.stdout, "limit tenant-api unchanged\n");
+    assert_eq!(limit_json(&app, "openai").await.1["concurrency"], 2);
+}
+
+#[sqlx::test]
+async fn limit_files_are_refused_before_anything_is_sent(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let dir = tempdir();
+    let file = dir.path().join("l.yaml");
+    let path = file.to_str().expect("path");
+    for (text, code, says) in [
+        ("kind: limit\nconcurrency: 2\n", 2, "has no string `name`"),
+        ("kind: quota\nname: x\n", 2, "unknown kind \"quota\""),
+        ("kind: 3\nname: x\n", 2, "`kind` must be"),
+        (
+            "- {kind: limit, name: a, concurrency: 1}\n- {kind: limit, name: a, concurrency: 2}\n",
+            2,
+            "limit a is defined twice",
+        ),
+        (
+            "id: t\nagent_id: a\ntrigger: {type: manual}\n",
+            2,
+            "no limits",
+        ),
+    ] {
+        std::fs::write(&file, text).expect("write");
+        let r = kairos(&app, &["limit", "apply", "-f", path]).await;
+        assert_eq!(r.code, code, "{text}: {}{}", r.stdout, r.stderr);
+        assert!(r.stderr.contains(says), "{text}: {}", r.stderr);
+    }
+    // The dry run refuses what the server would, naming the field.
+    for (text, field) in [
+        ("kind: limit\nname: a\nconcurrency: 0\n", "concurrency"),
+        (
+            "kind: limit\nname: a\nrate: {count: 5, per_seconds: 60, burst: 6}\n",
+            "rate.burst",
+        ),
+        ("kind: limit\nname: 'Bad Name'\nconcurrency: 1\n", "name"),
+        (
+            "kind: limit\nname: a\nconcurrency: 1\ncolour: red\n",
+            "colour",
+        ),
+    ] {
+        std::fs::write(&file, text).expect("write");
+        let r = kairos(&app, &["limit", "apply", "-f", path, "--dry-run"]).await;
+        assert_eq!(r.code, 1, "{text}: {}{}", r.stdout, r.stderr);
+        assert!(
+            r.stderr.contains(&format!("  {field}: ")),
+            "{text}: {}",
+            r.stderr
+        );
+        let r = kairos(&app, &["task", "apply", "-f", path]).await;
+        assert_eq!(r.code, 1, "{text}: {}{}", r.stdout, r.stderr);
+        assert!(r.stderr.contains(field), "{text}: {}", r.stderr);
+    }
+    let count: i64 = sqlx::query_scalar("select count(*) from limits")
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+    assert_eq!(count, 0, "nothing was registered");
+    // A task naming a limit no file defines: the server's refusal, naming the field.
+    std::fs::write(
+        &file,
+        "id: t\nagent_id: a\ntrigger: {type: manual}\nexecution: {limits: [{name: nope}]}\n",
+    )
+    .expect("write");
+    let r = kairos(&app, &["task", "apply", "-f", path]).await;
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("execution.limits[0].name"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[sqlx::test]
+async fn limit_commands_show_usage_hold_release_and_delete(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let dir = tempdir();
+    write(dir.path(), "a_tasks.yaml", LIMITED_TASKS);
+    write(dir.path(), "z_limits.yaml", LIMITS);
+    let d = dir.path().to_str().expect("utf-8 path");
+    ok(&kairos(&app, &["task", "apply", "-f", d]).await);
+    for tenant in ["acme", "acme", "acme", "globex"] {
+        let ctx = format!(r#"{{"params": {{"tenant": "{tenant}"}}}}"#);
+        ok(&kairos(&app, &["task", "trigger", "summarize", "--context", &ctx]).await);
+    }
+    ok(&kairos(&app, &["task", "trigger", "classify"]).await);
+    // openai's concurrency of 2 lets two summaries start (tenant acme's own budget is 2 too).
+    let running = claim(&app, "agent_a", "w1", 10, json!({})).await;
+    assert_eq!(running.len(), 2, "{running:?}");
+
+    let list = kairos(&app, &["limit", "list"]).await;
+    let lines: Vec<&str> = ok(&list).lines().collect();
+    assert_eq!(lines.len(), 3, "{}", list.stdout);
+    assert!(
+        lines[0].starts_with("NAME        IN USE     RATE"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].starts_with("openai      2/2        500/60s burst 2  1 "),
+        "two of two units in use, one start left of burst + 1: {}",
+        lines[1]
+    );
+    assert!(
+        lines[2].starts_with("tenant-api  2 (2/key)"),
+        "{}",
+        lines[2]
+    );
+    assert!(lines[2].contains("busiest keys: "), "{}", lines[2]);
+
+    let all = parse(&kairos(&app, &["limit", "list", "-o", "json"]).await);
+    assert_eq!(common::item_strings(&all, "name"), ["openai", "tenant-api"]);
+    assert_eq!(all["items"][0]["running"], 2);
+
+    // Hold one tenant's budget; the limit's view and table show it.
+    let held = kairos(
+        &app,
+        &[
+            "limit",
+            "hold",
+            "tenant-api",
+            "--seconds",
+            "600",
+            "--key",
+            "globex",
+            "--reason",
+            "429 from the tenant API",
+        ],
+    )
+    .await;
+    let out = ok(&held);
+    assert!(
+        out.starts_with("limit tenant-api (key globex) held until 20"),
+        "{out}"
+    );
+    assert!(out.ends_with(": 429 from the tenant API\n"), "{out}");
+    let got = kairos(&app, &["limit", "get", "tenant-api"]).await;
+    let out = ok(&got);
+    assert!(out.contains("per_key:      true\n"), "{out}");
+    let globex = out
+        .lines()
+        .find(|l| l.starts_with("globex"))
+        .unwrap_or_else(|| panic!("a globex row: {out}"));
+    assert!(globex.contains("0/2"), "{globex}");
+    assert!(globex.ends_with("429 from the tenant API"), "{globex}");
+    let acme = out
+        .lines()
+        .find(|l| l.starts_with("acme "))
+        .unwrap_or_else(|| panic!("an acme row: {out}"));
+    assert!(acme.contains("2/2"), "{acme}");
+    let list = kairos(&app, &["limit", "list"]).await;
+    assert!(ok(&list).contains("1 key(s)"), "{}", list.stdout);
+
+    // A per_key limit's hold needs a key; an out-of-range hold is refused naming the field.
+    let no_key = kairos(&app, &["limit", "hold", "tenant-api", "--seconds", "5"]).await;
+    assert_eq!(no_key.code, 1, "{}", no_key.stderr);
+    assert!(
+        no_key.stderr.contains("  key: is required"),
+        "{}",
+        no_key.stderr
+    );
+    let too_long = kairos(&app, &["limit", "hold", "openai", "--seconds", "86401"]).await;
+    assert_eq!(too_long.code, 1, "{}", too_long.stderr);
+    assert!(
+        too_long.stderr.contains("  seconds: "),
+        "{}",
+        too_long.stderr
+    );
+
+    let whole = parse(
+        &kairos(
+            &app,
+            &["limit", "hold", "openai", "--seconds", "60", "-o", "json"],
+        )
+        .await,
+    );
+    assert_eq!(whole["held_reason"], "held by operator");
+    assert!(whole["held_until"].is_string(), "{whole}");
+
+    // The classify instance waits: openai is held (and its cost does not fit).
+    let pending = parse(
+        &kairos(
+            &app,
+            &["instance", "list", "--task", "classify", "-o", "json"],
+        )
+        .await,
+    );
+    let id = pending["items"][0]["id"].as_str().expect("id").to_owned();
+    let shown = kairos(&app, &["instance", "get", &id]).await;
+    let out = ok(&shown);
+    assert!(out.contains("WAITING ON"), "{out}");
+    assert!(out.contains("limit_held"), "{out}");
+    assert!(out.contains("openai: held until"), "{out}");
+
+    let released = kairos(&app, &["limit", "release", "openai"]).await;
+    assert_eq!(ok(&released), "limit openai released\n");
+    assert!(limit_json(&app, "openai").await.1["held_until"].is_null());
+    let released = kairos(&app, &["limit", "release", "tenant-api", "--key", "globex"]).await;
+    assert_eq!(ok(&released), "limit tenant-api (key globex) released\n");
+    let (_, v) = limit_json(&app, "tenant-api").await;
+    assert!(
+        v["keys"]
+            .as_array()
+            .expect("keys")
+            .iter()
+            .all(|k| k["held_until"].is_null()),
+        "{v}"
+    );
+
+    // Deleting a limit a task draws on is refused naming the task; an unused one goes.
+    let refused = kairos(&app, &["limit", "delete", "openai"]).await;
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    assert!(refused.stderr.contains("409"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("summarize"), "{}", refused.stderr);
+    let (s, _) = json(app.put("/v1/limits/spare", json!({"concurrency": 1})).await).await;
+    assert_eq!(s, 201);
+    assert_eq!(
+        ok(&kairos(&app, &["limit", "delete", "spare"]).await),
+        "limit spare deleted\n"
+    );
+    let missing = kairos(&app, &["limit", "get", "spare"]).await;
+    assert_eq!(missing.code, 1);
+    assert!(missing.stdout.is_empty());
+    assert!(missing.stderr.contains("404"), "{}", missing.stderr);
+    assert!(missing.stderr.contains("spare"), "{}", missing.stderr);
+}
+
 #[sqlx::test]
 async fn a_viewer_token_cannot_apply_and_an_unreachable_daemon_is_exit_2(pool: PgPool) {
     const ADMIN: &str = "admin-token-123";
@@ -515,6 +888,28 @@ async fn a_viewer_token_cannot_apply_and_an_unreachable_daemon_is_exit_2(pool: P
     assert_eq!(ok(&admin), "task b_sync created\n");
     let list = kairos_at(app.url(""), Some(VIEWER), &["task", "list", "-o", "json"]).await;
     assert_eq!(parse(&list)["items"][0]["id"], "b_sync");
+    // Viewers read limits but may not hold them.
+    let (s, _) = json(
+        app.client
+            .put(app.url("/v1/limits/openai"))
+            .bearer_auth(ADMIN)
+            .json(&json!({"concurrency": 2}))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(s, 201);
+    let limits = kairos_at(app.url(""), Some(VIEWER), &["limit", "list"]).await;
+    assert!(ok(&limits).contains("openai"), "{}", limits.stdout);
+    let hold = kairos_at(
+        app.url(""),
+        Some(VIEWER),
+        &["limit", "hold", "openai", "--seconds", "5"],
+    )
+    .await;
+    assert_eq!(hold.code, 1, "{}", hold.stderr);
+    assert!(hold.stderr.contains("403"), "{}", hold.stderr);
     // --token wins over the environment.
     let flag = kairos_at(
         app.url(""),

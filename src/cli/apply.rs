@@ -1,6 +1,12 @@
-//! `kairos task apply`: task files (YAML or JSON) made true on the daemon, like `kubectl apply`.
-//! Each task in a file is a `PUT /v1/tasks/{id}` body plus its `id`. A dry run compares the
-//! fields a file sets with what is registered; pruning deletes one agent's tasks no file names.
+//! `kairos task apply` and `kairos limit apply`: task and limit files (YAML or JSON) made true on
+//! the daemon, like `kubectl apply`. Each task in a file is a `PUT /v1/tasks/{id}` body plus its
+//! `id`; each limit is a map with `kind: limit`, its `name` and a `PUT /v1/limits/{name}` body
+//! (`concurrency`, `rate`, `per_key`). Both may share a file or a directory: `task apply` applies
+//! the limits first, so tasks whose `execution.limits` name them validate, and tries a limit the
+//! server refused with 409 (a task still draws more than it would allow) once more after the
+//! tasks, so lowering a task's cost and its limit together works in one run. A dry run compares
+//! the fields a file sets with what is registered; pruning deletes one agent's tasks no file
+//! names (never limits).
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -11,12 +17,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::client::{Client, Error};
-use super::{Output, print_json, task_path};
+use super::{Output, limit_path, print_json, task_path};
 use crate::domain::task::{READ_ONLY_FIELDS, parse_timestamp};
 
 #[derive(Args, Debug)]
 pub struct ApplyArgs {
-    /// A task file (.yaml, .yml, .json) or a directory of them (read in name order).
+    /// A task or limit file (.yaml, .yml, .json) or a directory of them (read in name order).
     #[arg(short = 'f', long = "filename", required = true)]
     pub paths: Vec<PathBuf>,
     /// Register nothing; print what would change.
@@ -30,12 +36,40 @@ pub struct ApplyArgs {
     pub agent: Option<String>,
 }
 
+/// `kairos limit apply`: only the limits of the files.
+#[derive(Args, Debug)]
+pub struct LimitApplyArgs {
+    /// A limit file (.yaml, .yml, .json) or a directory of them (read in name order); task
+    /// definitions in them are skipped (`kairos task apply` applies both).
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub paths: Vec<PathBuf>,
+    /// Register nothing; print what would change.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
 /// A task read from a file, with where it came from for messages.
 #[derive(Debug)]
 pub struct TaskFile {
     pub id: String,
     pub body: Value,
     pub source: PathBuf,
+}
+
+/// A limit read from a file (`kind: limit`): its name, the PUT body (without `kind`) and where
+/// it came from.
+#[derive(Debug)]
+pub struct LimitFile {
+    pub name: String,
+    pub body: Value,
+    pub source: PathBuf,
+}
+
+/// What the files define.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub limits: Vec<LimitFile>,
+    pub tasks: Vec<TaskFile>,
 }
 
 /// One changed field: its dotted path, the registered value and the file's.
@@ -47,9 +81,30 @@ pub struct Change {
 }
 
 pub async fn run(client: &Client, out: Output, args: ApplyArgs) -> Result<(), Error> {
-    let tasks = load(&args.paths)?;
-    let mut report = Vec::new();
+    let Loaded { limits, tasks } = load(&args.paths)?;
+    if limits.is_empty() && tasks.is_empty() {
+        return Err(Error::Usage(
+            "no tasks or limits found in the given files".into(),
+        ));
+    }
     let mut failed = None;
+    // Limits first: a task naming one validates only once it exists. A limit refused with 409
+    // (a task draws more than the new definition allows) waits for the tasks and is tried again.
+    let mut limit_report = Vec::new();
+    let mut deferred = Vec::new();
+    for l in &limits {
+        match apply_limit(client, l, args.dry_run).await {
+            Ok((action, changes)) => {
+                if out == Output::Table {
+                    print_limit_outcome(&l.name, action, &changes, args.dry_run);
+                }
+                limit_report.push(limit_outcome_json(&l.name, action, &changes));
+            }
+            Err(e) if is_conflict(&e) && !tasks.is_empty() => deferred.push(l),
+            Err(e) => limit_failed(l, e, &mut limit_report, &mut failed),
+        }
+    }
+    let mut report = Vec::new();
     for t in &tasks {
         match apply_one(client, t, args.dry_run).await {
             Ok((action, changes)) => {
@@ -63,6 +118,17 @@ pub async fn run(client: &Client, out: Output, args: ApplyArgs) -> Result<(), Er
                 report.push(json!({"id": t.id, "action": "failed", "error": e.to_string()}));
                 failed.get_or_insert(e);
             }
+        }
+    }
+    for l in deferred {
+        match apply_limit(client, l, args.dry_run).await {
+            Ok((action, changes)) => {
+                if out == Output::Table {
+                    print_limit_outcome(&l.name, action, &changes, args.dry_run);
+                }
+                limit_report.push(limit_outcome_json(&l.name, action, &changes));
+            }
+            Err(e) => limit_failed(l, e, &mut limit_report, &mut failed),
         }
     }
     if let (true, Some(agent), None) = (args.prune, &args.agent, &failed) {
@@ -91,15 +157,61 @@ pub async fn run(client: &Client, out: Output, args: ApplyArgs) -> Result<(), Er
             report.push(json!({"id": id, "action": "pruned"}));
         }
     } else if args.prune && failed.is_some() {
-        eprintln!("kairos: not pruning: some tasks were not applied");
+        eprintln!("kairos: not pruning: some tasks or limits were not applied");
     }
     if out == Output::Json {
-        print_json(&json!({"dry_run": args.dry_run, "tasks": report}));
+        print_json(&json!({"dry_run": args.dry_run, "limits": limit_report, "tasks": report}));
     }
     match failed {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// `kairos limit apply`: the limits of the files, in file order; task definitions are skipped.
+pub async fn run_limits(client: &Client, out: Output, args: LimitApplyArgs) -> Result<(), Error> {
+    let Loaded { limits, tasks } = load(&args.paths)?;
+    if limits.is_empty() {
+        return Err(Error::Usage(
+            "no limits (maps with `kind: limit`) found in the given files".into(),
+        ));
+    }
+    if !tasks.is_empty() {
+        eprintln!(
+            "kairos: {} task definition(s) skipped; `kairos task apply` applies tasks and limits",
+            tasks.len()
+        );
+    }
+    let mut report = Vec::new();
+    let mut failed = None;
+    for l in &limits {
+        match apply_limit(client, l, args.dry_run).await {
+            Ok((action, changes)) => {
+                if out == Output::Table {
+                    print_limit_outcome(&l.name, action, &changes, args.dry_run);
+                }
+                report.push(limit_outcome_json(&l.name, action, &changes));
+            }
+            Err(e) => limit_failed(l, e, &mut report, &mut failed),
+        }
+    }
+    if out == Output::Json {
+        print_json(&json!({"dry_run": args.dry_run, "limits": report}));
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn is_conflict(e: &Error) -> bool {
+    matches!(e, Error::Api { status, .. } if *status == StatusCode::CONFLICT)
+}
+
+fn limit_failed(l: &LimitFile, e: Error, report: &mut Vec<Value>, failed: &mut Option<Error>) {
+    eprintln!("kairos: limit {} ({}): {e}", l.name, l.source.display());
+    report.push(json!({"name": l.name, "action": "failed", "error": e.to_string()}));
+    failed.get_or_insert(e);
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -166,6 +278,90 @@ async fn apply_one(
     }
 }
 
+async fn apply_limit(
+    client: &Client,
+    l: &LimitFile,
+    dry_run: bool,
+) -> Result<(Action, Vec<Change>), Error> {
+    if dry_run {
+        refuse_limit_as_the_server_would(l)?;
+    }
+    let path = limit_path(&l.name);
+    let registered = match client.get(&path, &[]).await {
+        Ok(v) => Some(v),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => return Err(e),
+    };
+    let changes = registered
+        .as_ref()
+        .map(|r| diff_fields(&l.body, r, "name", &LIMIT_READ_ONLY_FIELDS))
+        .unwrap_or_default();
+    if dry_run {
+        return Ok(match registered {
+            None => (Action::Created, Vec::new()),
+            Some(_) if changes.is_empty() => (Action::Unchanged, Vec::new()),
+            Some(_) => (Action::Configured, changes),
+        });
+    }
+    let answer = client.send(Method::PUT, &path, &[], Some(&l.body)).await?;
+    match registered {
+        _ if answer.status == StatusCode::CREATED => Ok((Action::Created, Vec::new())),
+        None => Ok((Action::Created, Vec::new())),
+        Some(r) if r["version"] == answer.body["version"] => Ok((Action::Unchanged, Vec::new())),
+        Some(_) => Ok((Action::Configured, changes)),
+    }
+}
+
+/// The read-only fields of a limit's view (a file saved from `limit get -o json` carries them).
+const LIMIT_READ_ONLY_FIELDS: [&str; 9] = [
+    "name",
+    "version",
+    "running",
+    "available_rate",
+    "held_until",
+    "held_reason",
+    "keys",
+    "created_at",
+    "updated_at",
+];
+
+fn refuse_limit_as_the_server_would(l: &LimitFile) -> Result<(), Error> {
+    let mut errors = match crate::domain::limit::parse_limit(&l.body) {
+        Ok(_) => Vec::new(),
+        Err(errors) => errors,
+    };
+    if let Err(m) = crate::domain::task::TaskId::parse(&l.name) {
+        errors.insert(
+            0,
+            crate::domain::task::FieldError::new("name", m.replace("task id", "limit name")),
+        );
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    Err(refused_locally(
+        &errors,
+        "the limit would be refused (checked locally by the dry run)",
+    ))
+}
+
+fn refused_locally(errors: &[crate::domain::task::FieldError], detail: &str) -> Error {
+    let errors: Vec<Value> = errors
+        .iter()
+        .map(|e| json!({"field": e.field, "message": e.message}))
+        .collect();
+    Error::Api {
+        status: reqwest::StatusCode::UNPROCESSABLE_ENTITY,
+        problem: Some(json!({
+            "title": "Invalid request values",
+            "status": 422,
+            "detail": detail,
+            "errors": errors,
+        })),
+        text: String::new(),
+    }
+}
+
 fn refuse_as_the_server_would(t: &TaskFile) -> Result<(), Error> {
     let errors = match crate::domain::task::parse_submission(&t.id, &t.body) {
         Err(errors) => errors,
@@ -175,20 +371,10 @@ fn refuse_as_the_server_would(t: &TaskFile) -> Result<(), Error> {
             Err(e) => vec![e],
         },
     };
-    let errors: Vec<Value> = errors
-        .iter()
-        .map(|e| json!({"field": e.field, "message": e.message}))
-        .collect();
-    Err(Error::Api {
-        status: reqwest::StatusCode::UNPROCESSABLE_ENTITY,
-        problem: Some(json!({
-            "title": "Invalid request values",
-            "status": 422,
-            "detail": "the task would be refused (checked locally by the dry run)",
-            "errors": errors,
-        })),
-        text: String::new(),
-    })
+    Err(refused_locally(
+        &errors,
+        "the task would be refused (checked locally by the dry run)",
+    ))
 }
 
 fn print_outcome(id: &str, action: Action, changes: &[Change], dry_run: bool) {
@@ -199,12 +385,27 @@ fn print_outcome(id: &str, action: Action, changes: &[Change], dry_run: bool) {
     }
 }
 
-fn outcome_json(id: &str, action: Action, changes: &[Change]) -> Value {
-    let changes: Vec<Value> = changes
+fn print_limit_outcome(name: &str, action: Action, changes: &[Change], dry_run: bool) {
+    let suffix = if dry_run { " (dry run)" } else { "" };
+    println!("limit {name} {}{suffix}", action.word());
+    for c in changes {
+        println!("  {}: {} -> {}", c.path, c.old, c.new);
+    }
+}
+
+fn changes_json(changes: &[Change]) -> Vec<Value> {
+    changes
         .iter()
         .map(|c| json!({"path": c.path, "old": c.old, "new": c.new}))
-        .collect();
-    json!({"id": id, "action": action.word(), "changes": changes})
+        .collect()
+}
+
+fn outcome_json(id: &str, action: Action, changes: &[Change]) -> Value {
+    json!({"id": id, "action": action.word(), "changes": changes_json(changes)})
+}
+
+fn limit_outcome_json(name: &str, action: Action, changes: &[Change]) -> Value {
+    json!({"name": name, "action": action.word(), "changes": changes_json(changes)})
 }
 
 /// The fields `file` sets that differ from `registered`, depth first, keys sorted.
@@ -212,10 +413,20 @@ fn outcome_json(id: &str, action: Action, changes: &[Change]) -> Value {
 /// are write-only secrets, which the API never shows, nor read-only fields (a file saved from
 /// `task get -o json` carries them; the server ignores them).
 pub fn diff(file: &Value, registered: &Value) -> Vec<Change> {
+    diff_fields(file, registered, "id", &READ_ONLY_FIELDS)
+}
+
+/// [`diff`] of a resource named by `identity` whose views carry `read_only` fields.
+fn diff_fields(
+    file: &Value,
+    registered: &Value,
+    identity: &str,
+    read_only: &[&str],
+) -> Vec<Change> {
     let mut out = Vec::new();
     if let Value::Object(fields) = file {
         for (k, v) in fields {
-            if k == "id" || READ_ONLY_FIELDS.contains(&k.as_str()) {
+            if k == identity || read_only.contains(&k.as_str()) {
                 continue;
             }
             walk(k, v, registered.get(k).unwrap_or(&Value::Null), &mut out);
@@ -260,9 +471,9 @@ fn same_instant(a: &str, b: &str) -> bool {
     }
 }
 
-/// Every task of the given files and directories, in order; duplicate ids are refused before
-/// anything is sent.
-pub fn load(paths: &[PathBuf]) -> Result<Vec<TaskFile>, Error> {
+/// Every task and limit of the given files and directories, in order; a task id or a limit
+/// name defined twice is refused before anything is sent.
+pub fn load(paths: &[PathBuf]) -> Result<Loaded, Error> {
     let mut files = Vec::new();
     for p in paths {
         if p.is_dir() {
@@ -283,12 +494,12 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<TaskFile>, Error> {
             files.push(p.clone());
         }
     }
-    let mut tasks = Vec::new();
+    let mut loaded = Loaded::default();
     for f in &files {
-        tasks.extend(read_file(f)?);
+        read_file(f, &mut loaded)?;
     }
     let mut seen: HashMap<&str, &Path> = HashMap::new();
-    for t in &tasks {
+    for t in &loaded.tasks {
         if let Some(first) = seen.insert(&t.id, &t.source) {
             return Err(Error::Usage(format!(
                 "task {} is defined twice: in {} and in {}",
@@ -298,10 +509,18 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<TaskFile>, Error> {
             )));
         }
     }
-    if tasks.is_empty() {
-        return Err(Error::Usage("no tasks found in the given files".into()));
+    let mut seen: HashMap<&str, &Path> = HashMap::new();
+    for l in &loaded.limits {
+        if let Some(first) = seen.insert(&l.name, &l.source) {
+            return Err(Error::Usage(format!(
+                "limit {} is defined twice: in {} and in {}",
+                l.name,
+                first.display(),
+                l.source.display()
+            )));
+        }
     }
-    Ok(tasks)
+    Ok(loaded)
 }
 
 #[derive(Clone, Copy)]
@@ -318,7 +537,7 @@ fn kind(path: &Path) -> Option<Kind> {
     }
 }
 
-fn read_file(path: &Path) -> Result<Vec<TaskFile>, Error> {
+fn read_file(path: &Path, loaded: &mut Loaded) -> Result<(), Error> {
     let at = path.display();
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::Usage(format!("cannot read {at}: {e}")))?;
@@ -338,14 +557,49 @@ fn read_file(path: &Path) -> Result<Vec<TaskFile>, Error> {
             docs
         }
     };
-    let mut tasks = Vec::new();
     for doc in docs {
         let list = match doc {
             Value::Null => Vec::new(),
             Value::Array(items) => items,
             other => vec![other],
         };
-        for (i, body) in list.into_iter().enumerate() {
+        for (i, mut body) in list.into_iter().enumerate() {
+            let kind = match body.as_object_mut().and_then(|m| m.remove("kind")) {
+                None => "task".to_owned(),
+                Some(Value::String(k)) => k,
+                Some(other) => {
+                    return Err(Error::Usage(format!(
+                        "{at}: item #{}: `kind` must be \"task\" or \"limit\", not {other}",
+                        i + 1
+                    )));
+                }
+            };
+            match kind.as_str() {
+                "task" => {}
+                "limit" => {
+                    let name = match body.get("name").and_then(Value::as_str) {
+                        Some(n) if !n.is_empty() => n.to_owned(),
+                        _ => {
+                            return Err(Error::Usage(format!(
+                                "{at}: limit #{} has no string `name`",
+                                i + 1
+                            )));
+                        }
+                    };
+                    loaded.limits.push(LimitFile {
+                        name,
+                        body,
+                        source: path.to_owned(),
+                    });
+                    continue;
+                }
+                other => {
+                    return Err(Error::Usage(format!(
+                        "{at}: item #{}: unknown kind {other:?} (known: task, limit)",
+                        i + 1
+                    )));
+                }
+            }
             let id = match body.get("id").and_then(Value::as_str) {
                 Some(id) if !id.is_empty() => id.to_owned(),
                 _ => {
@@ -358,14 +612,14 @@ fn read_file(path: &Path) -> Result<Vec<TaskFile>, Error> {
             if !body.is_object() {
                 return Err(Error::Usage(format!("{at}: task #{} is not a map", i + 1)));
             }
-            tasks.push(TaskFile {
+            loaded.tasks.push(TaskFile {
                 id,
                 body,
                 source: path.to_owned(),
             });
         }
     }
-    Ok(tasks)
+    Ok(())
 }
 
 #[cfg(test)]
