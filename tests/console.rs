@@ -777,3 +777,330 @@ async fn a_list_over_several_statuses_is_newest_first_and_pages_without_gaps(poo
     }
     assert_eq!(seen, wanted, "newest first, each once, across pages");
 }
+
+/// Limits in use: `openai` (concurrency 3, a slow rate with burst 2) and `tenant-api` (2 per
+/// key) drawn on by `summarize` (agent_a), `search` (a rate of 1 per hour, no concurrency)
+/// by `crawl` (agent_b). Three acme and one globex summaries and two crawls are triggered and
+/// claimed: acme's third summary and the second crawl wait. Returns (acme's waiting summary,
+/// the waiting crawl, a running summary).
+async fn limits_scene(app: &TestApp) -> (String, String, String) {
+    use reqwest::Method;
+    api(
+        app,
+        Method::PUT,
+        "/v1/limits/openai",
+        json!({"concurrency": 3, "rate": {"count": 3, "per_seconds": 3600, "burst": 2}}),
+    )
+    .await;
+    api(
+        app,
+        Method::PUT,
+        "/v1/limits/tenant-api",
+        json!({"concurrency": 2, "per_key": true}),
+    )
+    .await;
+    api(
+        app,
+        Method::PUT,
+        "/v1/limits/search",
+        json!({"rate": {"count": 1, "per_seconds": 3600}}),
+    )
+    .await;
+    api(
+        app,
+        Method::PUT,
+        "/v1/tasks/summarize",
+        json!({"agent_id": "agent_a", "trigger": {"type": "manual"},
+               "execution": {"concurrency_limit": 100, "limits": [
+                   {"name": "openai"}, {"name": "tenant-api", "key": "{{params.tenant}}"}]}}),
+    )
+    .await;
+    api(
+        app,
+        Method::PUT,
+        "/v1/tasks/crawl",
+        json!({"agent_id": "agent_b", "trigger": {"type": "manual"},
+               "execution": {"concurrency_limit": 100, "limits": [{"name": "search"}]}}),
+    )
+    .await;
+    let mut summaries = Vec::new();
+    for tenant in ["acme", "acme", "globex", "acme"] {
+        let i = api(
+            app,
+            Method::POST,
+            "/v1/tasks/summarize/trigger",
+            json!({"context": {"params": {"tenant": tenant}}}),
+        )
+        .await;
+        summaries.push(i["id"].as_str().expect("id").to_owned());
+    }
+    let mut crawls = Vec::new();
+    for _ in 0..2 {
+        let i = api(app, Method::POST, "/v1/tasks/crawl/trigger", json!({})).await;
+        crawls.push(i["id"].as_str().expect("id").to_owned());
+    }
+    let claimed = api(
+        app,
+        Method::POST,
+        "/v1/claims",
+        json!({"agent_id": "agent_a", "worker_id": "w", "max_instances": 10}),
+    )
+    .await;
+    let mut running: Vec<String> = claimed["instances"]
+        .as_array()
+        .expect("instances")
+        .iter()
+        .map(|i| i["id"].as_str().expect("id").to_owned())
+        .collect();
+    running.sort();
+    let mut expected = summaries[..3].to_vec();
+    expected.sort();
+    assert_eq!(running, expected, "acme's third summary waits");
+    let claimed = api(
+        app,
+        Method::POST,
+        "/v1/claims",
+        json!({"agent_id": "agent_b", "worker_id": "w", "max_instances": 10}),
+    )
+    .await;
+    assert_eq!(claimed["instances"][0]["id"], crawls[0].as_str());
+    assert_eq!(claimed["instances"].as_array().map(Vec::len), Some(1));
+    api(
+        app,
+        Method::POST,
+        "/v1/limits/tenant-api/hold",
+        json!({"seconds": 600, "key": "globex", "reason": "429 from the tenant API"}),
+    )
+    .await;
+    (
+        summaries[3].clone(),
+        crawls[1].clone(),
+        summaries[0].clone(),
+    )
+}
+
+/// The `<tr>` of `attr="value"` in `html`, up to its `</tr>` (nested key tables included).
+fn row<'a>(html: &'a str, attr: &str) -> &'a str {
+    let start = html
+        .find(attr)
+        .unwrap_or_else(|| panic!("no {attr} in {html}"));
+    let rest = &html[start..];
+    let (mut depth, mut at) = (0, 0);
+    loop {
+        let close = at + rest[at..].find("</tr>").expect("a closing </tr>");
+        match rest[at..].find("<tr").map(|i| at + i) {
+            Some(open) if open < close => {
+                depth += 1;
+                at = open + 3;
+            }
+            _ if depth == 0 => return &rest[..close],
+            _ => {
+                depth -= 1;
+                at = close + 5;
+            }
+        }
+    }
+}
+
+#[sqlx::test]
+async fn the_limits_page_shows_usage_holds_busiest_keys_and_why_an_instance_waits(pool: PgPool) {
+    let app = secured(pool.clone()).await;
+    let (acme_waiting, crawl_waiting, running) = limits_scene(&app).await;
+    let viewer = Browser::login(&app, VIEWER).await;
+    let html = viewer.page("/ui/limits").await;
+    assert!(
+        html.contains("href=\"/ui/limits\" class=\"current\""),
+        "{html}"
+    );
+
+    let openai = row(&html, "data-limit=\"openai\"");
+    assert!(
+        openai.contains("<strong class=\"num\">3</strong> / 3 in use"),
+        "{openai}"
+    );
+    assert!(openai.contains("aria-label=\"3 of 3 in use\""), "{openai}");
+    assert!(openai.contains("class=\"bar-full\""), "{openai}");
+    assert!(openai.contains("3 per 3600 s, burst 2"), "{openai}");
+    assert!(
+        openai.contains("<strong class=\"num\">0</strong> of 3 starts available now"),
+        "{openai}"
+    );
+    assert!(
+        openai.contains("<strong class=\"num\">1</strong> due"),
+        "{openai}"
+    );
+
+    let search = row(&html, "data-limit=\"search\"");
+    assert!(search.contains("no concurrency cap"), "{search}");
+    assert!(search.contains("class=\"usage exhausted\""), "{search}");
+    assert!(
+        search.contains("<strong class=\"num\">0</strong> of 1 starts available now"),
+        "{search}"
+    );
+
+    let tenant = row(&html, "data-limit=\"tenant-api\"");
+    assert!(
+        tenant.contains("<strong class=\"num\">3</strong> units in use over all keys"),
+        "{tenant}"
+    );
+    assert!(tenant.contains("at most 2 per key"), "{tenant}");
+    let acme = row(tenant, "data-key=\"acme\"");
+    assert!(acme.contains("2/2"), "{acme}");
+    let globex = row(tenant, "data-key=\"globex\"");
+    assert!(globex.contains("1/2"), "{globex}");
+    assert!(globex.contains(">held<"), "{globex}");
+    assert!(
+        tenant.find("data-key=\"acme\"") < tenant.find("data-key=\"globex\""),
+        "busiest first: {tenant}"
+    );
+    assert!(tenant.contains("429 from the tenant API"), "{tenant}");
+    assert!(!html.contains("Release"), "viewers get no action buttons");
+    assert!(!html.contains("name=\"seconds\""));
+
+    let admin = Browser::login(&app, ADMIN).await;
+    let html = admin.page("/ui/limits").await;
+    let tenant = row(&html, "data-limit=\"tenant-api\"");
+    assert!(tenant.contains("name=\"key\" value=\"globex\""), "{tenant}");
+    assert!(tenant.contains(">Release<"), "{tenant}");
+    assert!(html.contains("action=\"/ui/limits/openai/hold\""));
+
+    // An agent token sees the limits (the API lets it read them) but no cluster-wide counts.
+    let agent = Browser::login(&app, AGENT_A).await;
+    let html = agent.page("/ui/limits").await;
+    assert!(html.contains("data-limit=\"openai\""));
+    assert!(!html.contains(" due"), "{html}");
+
+    // Why is it waiting: acme's third summary finds both of its budgets full.
+    let page = viewer.page(&format!("/ui/instances/{acme_waiting}")).await;
+    assert!(page.contains("Why is it waiting?"), "{page}");
+    assert!(page.contains("data-reason=\"limit_concurrency\""), "{page}");
+    assert!(
+        page.contains("openai: 3 of 3 units running, 1 needed"),
+        "{page}"
+    );
+    assert!(
+        page.contains("tenant-api (key &quot;acme&quot;): 2 of 2 units running, 1 needed"),
+        "{page}"
+    );
+    assert!(page.contains("href=\"/ui/limits#limit-openai\""), "{page}");
+    // The crawl waits for the rate.
+    let page = viewer.page(&format!("/ui/instances/{crawl_waiting}")).await;
+    assert!(page.contains("data-reason=\"limit_rate\""), "{page}");
+    assert!(
+        page.contains("search: rate 1 per 3600 s (burst 0) used up; next start at"),
+        "{page}"
+    );
+    // A running instance waits for nothing; a FAILED one for its backoff.
+    let page = viewer.page(&format!("/ui/instances/{running}")).await;
+    assert!(!page.contains("Why is it waiting?"), "{page}");
+    let failed = failed_instance(&app, "flaky", "agent_a").await;
+    let page = viewer.page(&format!("/ui/instances/{failed}")).await;
+    assert!(page.contains("data-reason=\"retry_backoff\""), "{page}");
+    assert!(
+        page.contains("attempt 1 failed; the next attempt waits"),
+        "{page}"
+    );
+}
+
+#[sqlx::test]
+async fn limits_are_held_and_released_from_the_console_by_admins_only(pool: PgPool) {
+    let app = secured(pool.clone()).await;
+    limits_scene(&app).await;
+    let held = |name: &'static str, key: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_as::<_, (Option<chrono::DateTime<chrono::Utc>>, Option<String>)>(
+                "select held_until, held_reason from limit_state where limit_name = $1 and key = $2",
+            )
+            .bind(name)
+            .bind(key)
+            .fetch_optional(&pool)
+            .await
+            .expect("state")
+            .and_then(|(until, reason)| until.map(|u| (u, reason)))
+        }
+    };
+    let admin = Browser::login(&app, ADMIN).await;
+    let csrf = admin.csrf().await;
+    let viewer = Browser::login(&app, VIEWER).await;
+    let viewer_csrf = viewer.csrf().await;
+
+    let by_viewer = viewer
+        .form(
+            "/ui/limits/openai/hold",
+            &[("csrf", &viewer_csrf), ("seconds", "60")],
+        )
+        .await;
+    assert_eq!(by_viewer.status().as_u16(), 403);
+    let without_csrf = admin
+        .form("/ui/limits/openai/hold", &[("seconds", "60")])
+        .await;
+    assert_eq!(without_csrf.status().as_u16(), 403);
+    assert!(
+        held("openai", "").await.is_none(),
+        "refused forms change nothing"
+    );
+
+    for (path, fields, says) in [
+        ("/ui/limits/openai/hold", vec![("seconds", "0")], "seconds"),
+        (
+            "/ui/limits/openai/hold",
+            vec![("seconds", "86401")],
+            "seconds",
+        ),
+        ("/ui/limits/tenant-api/hold", vec![("seconds", "60")], "key"),
+    ] {
+        let mut f = vec![("csrf", csrf.as_str())];
+        f.extend(fields);
+        let resp = admin.form(path, &f).await;
+        assert_eq!(resp.status().as_u16(), 422, "{path} {f:?}");
+        assert!(resp.text().await.expect("body").contains(says));
+    }
+    let missing = admin
+        .form(
+            "/ui/limits/nope/hold",
+            &[("csrf", &csrf), ("seconds", "60")],
+        )
+        .await;
+    assert_eq!(missing.status().as_u16(), 404);
+
+    let ok = admin
+        .form(
+            "/ui/limits/openai/hold",
+            &[
+                ("csrf", &csrf),
+                ("seconds", "600"),
+                ("reason", "provider incident"),
+            ],
+        )
+        .await;
+    assert_eq!(ok.status().as_u16(), 303);
+    assert_eq!(
+        ok.headers()[LOCATION].to_str().unwrap_or(""),
+        "/ui/limits?done=held#limit-openai"
+    );
+    let (until, reason) = held("openai", "").await.expect("held");
+    assert_eq!(reason.as_deref(), Some("provider incident"));
+    let left = until - chrono::Utc::now();
+    assert!(
+        left > chrono::Duration::seconds(590) && left <= chrono::Duration::seconds(600),
+        "{left}"
+    );
+    let html = admin.page("/ui/limits?done=held").await;
+    assert!(html.contains("id=\"flash\""));
+    assert!(row(&html, "data-limit=\"openai\"").contains("provider incident"));
+
+    let released = admin
+        .form(
+            "/ui/limits/tenant-api/release",
+            &[("csrf", &csrf), ("key", "globex")],
+        )
+        .await;
+    assert_eq!(released.status().as_u16(), 303);
+    assert!(held("tenant-api", "globex").await.is_none());
+    let released = admin
+        .form("/ui/limits/openai/release", &[("csrf", &csrf)])
+        .await;
+    assert_eq!(released.status().as_u16(), 303);
+    assert!(held("openai", "").await.is_none());
+}

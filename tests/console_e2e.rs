@@ -2,7 +2,9 @@
 //! and a real database: log in, act through the pages, and check what the database holds.
 //!
 //! With `KAIROS_SCREENSHOTS=<dir>`, `screenshots_of_the_tour` also saves the README's
-//! screenshots (overview, task, dead-queue) there at 1280x800.
+//! screenshots (overview, task, dead-queue) there at 1280x800, and
+//! `an_admin_holds_a_limit_and_the_waiting_instance_says_why` saves `limits` and
+//! `instance-waiting`.
 
 mod browser;
 mod common;
@@ -577,4 +579,224 @@ async fn screenshots_of_the_tour(pool: PgPool) {
     assert_eq!(browser.count("button.cancel-one").await, failed);
     assert_eq!(browser.count("#retry-selected").await, 1);
     screenshot(&browser, "dead-queue").await;
+}
+
+async fn held_until(pool: &PgPool, limit: &str, key: &str) -> Option<DateTime<Utc>> {
+    sqlx::query_scalar::<_, Option<DateTime<Utc>>>(
+        "select held_until from limit_state where limit_name = $1 and key = $2",
+    )
+    .bind(limit)
+    .bind(key)
+    .fetch_optional(pool)
+    .await
+    .expect("limit state")
+    .flatten()
+}
+
+/// Trigger `task` `n` times with `context`; the instance ids.
+async fn trigger_n(app: &TestApp, task: &str, n: usize, context: Value) -> Vec<String> {
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        let i = api_ok(
+            app,
+            Method::POST,
+            &format!("/v1/tasks/{task}/trigger"),
+            json!({ "context": context }),
+        )
+        .await;
+        ids.push(i["id"].as_str().expect("id").to_owned());
+    }
+    ids
+}
+
+/// Claim up to 10 instances of `agent`: (id, lease token) each.
+async fn claim_all(app: &TestApp, agent: &str) -> Vec<(String, String)> {
+    let resp = api_ok(
+        app,
+        Method::POST,
+        "/v1/claims",
+        json!({"agent_id": agent, "worker_id": format!("{agent}-w1"), "max_instances": 10}),
+    )
+    .await;
+    resp["instances"]
+        .as_array()
+        .expect("instances")
+        .iter()
+        .map(|i| {
+            (
+                i["id"].as_str().expect("id").to_owned(),
+                i["lease_token"].as_str().expect("lease").to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[sqlx::test]
+async fn an_admin_holds_a_limit_and_the_waiting_instance_says_why(pool: PgPool) {
+    let (app, browser) = start(pool.clone(), secured("kairos-1")).await;
+    for (name, body) in [
+        (
+            "openai-gpt4",
+            json!({"concurrency": 8, "rate": {"count": 500, "per_seconds": 60, "burst": 20}}),
+        ),
+        (
+            "crm-api",
+            json!({"concurrency": 2, "rate": {"count": 30, "per_seconds": 60, "burst": 4}, "per_key": true}),
+        ),
+        (
+            "search-api",
+            json!({"rate": {"count": 2, "per_seconds": 3600}}),
+        ),
+        ("warehouse", json!({"concurrency": 6})),
+    ] {
+        api_ok(&app, Method::PUT, &format!("/v1/limits/{name}"), body).await;
+    }
+    let manual = |agent: &str, limits: Value| {
+        json!({"agent_id": agent, "trigger": {"type": "manual"},
+               "execution": {"concurrency_limit": 100, "limits": limits}})
+    };
+    put_task(
+        &app,
+        "summarize_tickets",
+        manual(
+            "support_agent",
+            json!([{"name": "openai-gpt4"}, {"name": "crm-api", "key": "{{params.tenant}}"}]),
+        ),
+    )
+    .await;
+    put_task(
+        &app,
+        "embed_docs",
+        manual("index_agent", json!([{"name": "openai-gpt4", "cost": 2}])),
+    )
+    .await;
+    put_task(
+        &app,
+        "crawl_sites",
+        manual("crawler_agent", json!([{"name": "search-api"}])),
+    )
+    .await;
+    put_task(
+        &app,
+        "nightly_export",
+        manual("etl_agent", json!([{"name": "warehouse", "cost": 3}])),
+    )
+    .await;
+    for (tenant, n) in [("acme", 3), ("globex", 2), ("initech", 1), ("umbrella", 1)] {
+        trigger_n(
+            &app,
+            "summarize_tickets",
+            n,
+            json!({"params": {"tenant": tenant}}),
+        )
+        .await;
+    }
+    trigger_n(&app, "embed_docs", 2, json!({})).await;
+    trigger_n(&app, "crawl_sites", 4, json!({})).await;
+    let exports = trigger_n(&app, "nightly_export", 3, json!({})).await;
+    // Summaries: acme 2 of 3 (its key's concurrency), globex 2, initech, umbrella.
+    let summaries = claim_all(&app, "support_agent").await;
+    assert_eq!(summaries.len(), 6, "{summaries:?}");
+    // Embeddings draw 2 units each: one fits in what openai-gpt4 has left (8 - 6).
+    assert_eq!(claim_all(&app, "index_agent").await.len(), 1);
+    assert_eq!(claim_all(&app, "crawler_agent").await.len(), 1);
+    assert_eq!(claim_all(&app, "etl_agent").await.len(), 2);
+    // A globex summary meets the CRM's 429: throttled, and the CRM's globex budget held.
+    let globex: String = sqlx::query_scalar(
+        "select i.id::text from task_instance i, jsonb_array_elements(i.limit_draws) d \
+         where i.task_id = 'summarize_tickets' and i.status = 'RUNNING' \
+           and d->>'name' = 'crm-api' and d->>'key' = 'globex' limit 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("a running globex summary");
+    let lease = &summaries
+        .iter()
+        .find(|(id, _)| *id == globex)
+        .expect("claimed")
+        .1;
+    api_ok(
+        &app,
+        Method::POST,
+        &format!("/v1/instances/{globex}/fail"),
+        json!({"lease_token": lease, "error": "HTTP 429 from the CRM",
+               "retry_after_seconds": 120, "hold_limit": "crm-api"}),
+    )
+    .await;
+    assert!(held_until(&pool, "crm-api", "globex").await.is_some());
+
+    browser.login(ADMIN).await;
+    browser.goto("/ui/limits").await;
+    assert_eq!(browser.count("#limits tr[data-limit]").await, 4);
+    let gpt = browser.text("#limit-openai-gpt4 td.concurrency").await;
+    assert_eq!(
+        gpt, "7 / 8 in use",
+        "5 running summaries and one embedding of 2"
+    );
+    assert!(
+        browser
+            .text("#limit-openai-gpt4 td.rate")
+            .await
+            .contains("500 per 60 s, burst 20"),
+    );
+    let crm = browser.text("#limit-crm-api td.held").await;
+    assert!(crm.contains("globex"), "{crm}");
+    assert!(crm.contains("HTTP 429 from the CRM"), "{crm}");
+    assert_eq!(
+        browser
+            .text("#limit-crm-api tr[data-key='acme'] td:nth-child(2)")
+            .await,
+        "2/2"
+    );
+    assert_eq!(
+        browser.text("#limit-warehouse td.concurrency").await,
+        "6 / 6 in use"
+    );
+    let search = browser.text("#limit-search-api td.rate").await;
+    assert!(search.contains("0 of 1 starts available now"), "{search}");
+    screenshot(&browser, "limits").await;
+
+    // Hold the warehouse from its row: the flash, the row and the database say so.
+    browser.click("#limit-warehouse details.hold summary").await;
+    browser
+        .fill("#limit-warehouse input[name='seconds']", "900")
+        .await;
+    browser
+        .fill("#limit-warehouse input[name='reason']", "nightly vacuum")
+        .await;
+    browser.click("#limit-warehouse button.hold").await;
+    browser
+        .wait_for_text("#flash", DEADLINE, |t| t.starts_with("Held"))
+        .await;
+    let until = held_until(&pool, "warehouse", "").await.expect("held");
+    let left = until - Utc::now();
+    assert!(left > chrono::Duration::seconds(800), "{left}");
+    let held = browser.text("#limit-warehouse td.held").await;
+    assert!(held.contains("nightly vacuum"), "{held}");
+
+    // The third export waits: its page says the warehouse is held.
+    let waiting: String = sqlx::query_scalar(
+        "select id::text from task_instance where task_id = 'nightly_export' and status = 'PENDING'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("a waiting export");
+    assert!(exports.contains(&waiting));
+    browser.goto(&format!("/ui/instances/{waiting}")).await;
+    let why = browser.text("#waiting").await;
+    assert!(why.starts_with("Why is it waiting?"), "{why}");
+    assert!(why.contains("warehouse: held until"), "{why}");
+    assert_eq!(
+        browser.count("#waiting li[data-reason='limit_held']").await,
+        1
+    );
+    screenshot(&browser, "instance-waiting").await;
+    browser
+        .click("#waiting a[href='/ui/limits#limit-warehouse']")
+        .await;
+    browser.click("#limit-warehouse button.release").await;
+    browser
+        .wait_for_text("#flash", DEADLINE, |t| t.starts_with("Released"))
+        .await;
+    assert!(held_until(&pool, "warehouse", "").await.is_none());
 }

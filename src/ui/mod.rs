@@ -24,6 +24,7 @@
 //! replica. A POST whose `Origin` is not the page's own host is refused. Viewers see no action
 //! buttons, and their POSTs are refused too; agent tokens see only their agents.
 
+mod limits;
 mod pages;
 mod render;
 
@@ -64,6 +65,12 @@ pub fn routes(t: RouteTable) -> RouteTable {
             "post",
             "/ui/instances/{id}/{action}",
             axum::routing::post(pages::instance_action),
+        )
+        .add("get", "/ui/limits", get(limits::limits_page))
+        .add(
+            "post",
+            "/ui/limits/{name}/{action}",
+            axum::routing::post(limits::limit_action),
         )
         .add("get", "/ui/dead", get(pages::dead_queue))
         .add("post", "/ui/dead", axum::routing::post(pages::dead_action))
@@ -421,10 +428,11 @@ fn clear_cookie(name: &str, path: &str, secure: bool) -> Option<HeaderValue> {
 }
 
 /// The navigation's pages: (path, label).
-const NAV: [(&str, &str); 5] = [
+const NAV: [(&str, &str); 6] = [
     ("/ui/", "Overview"),
     ("/ui/tasks", "Tasks"),
     ("/ui/instances", "Instances"),
+    ("/ui/limits", "Limits"),
     ("/ui/dead", "DEAD queue"),
     ("/ui/playground", "Cron playground"),
 ];

@@ -642,7 +642,7 @@ fn backfill_preview(
     page(&form.session, "/ui/tasks", "Backfill preview", body)
 }
 
-fn encode(s: &str) -> String {
+pub(super) fn encode(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes())
         .collect::<String>()
         .replace('+', "%20")
@@ -818,6 +818,7 @@ pub async fn instance_detail(
 ) -> UiResult {
     let inst = readable_instance(&state, &session, &id).await?;
     let evs = events::list_events(&state.pool, inst.id).await?;
+    let waiting = super::limits::waiting_panel(&state, &inst).await?;
     let retryable = matches!(
         inst.status,
         InstanceStatus::Dead
@@ -832,6 +833,7 @@ pub async fn instance_detail(
     let body = html! {
         h1 { "Instance " code { (inst.id) } }
         @if let Some(done) = param(&q, "done") { p.flash #flash { (flash_text(done)) } }
+        (waiting)
         div.columns {
             section.panel {
                 dl {
