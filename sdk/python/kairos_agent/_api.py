@@ -17,7 +17,9 @@ from .models import (
     CompletionResult,
     Instance,
     InstanceDetail,
+    Limit,
     Page,
+    Rate,
     Task,
     TaskSpec,
     format_timestamp,
@@ -255,18 +257,74 @@ def complete_many_encoded(body: bytes) -> Call[List[CompletionResult]]:
 
 
 def fail(instance_id: str, lease_token: str, error: str, retryable: bool,
-         retry_at_once: bool = False, retry_after_seconds: Optional[int] = None) -> Call[Instance]:
+         retry_at_once: bool = False, retry_after_seconds: Optional[int] = None,
+         hold_limit: Optional[str] = None) -> Call[Instance]:
     body: Dict[str, Any] = {"lease_token": lease_token, "error": error, "retryable": retryable}
     if retry_at_once:
         body["retry_at_once"] = True
     if retry_after_seconds is not None:
         body["retry_after_seconds"] = retry_after_seconds
+    if hold_limit is not None:
+        body["hold_limit"] = hold_limit
     return Call(
         "POST",
         f"/v1/instances/{_seg(instance_id)}/fail",
         _instance,
         json=body,
     )
+
+
+def _limit(resp: httpx.Response) -> Limit:
+    return Limit.from_json(resp.json())
+
+
+def put_limit(
+    name: str,
+    concurrency: Optional[int],
+    rate: Optional[Rate],
+    per_key: Optional[bool],
+    if_match: Optional[Union[int, str]] = None,
+) -> Call[Tuple[bool, Limit]]:
+    body: Dict[str, Any] = {}
+    if concurrency is not None:
+        body["concurrency"] = concurrency
+    if rate is not None:
+        body["rate"] = dict(rate)
+    if per_key is not None:
+        body["per_key"] = per_key
+    headers = {} if if_match is None else {"If-Match": f'"{if_match}"' if isinstance(if_match, int) else if_match}
+    return Call(
+        "PUT",
+        f"/v1/limits/{_seg(name)}",
+        lambda r: (r.status_code == 201, Limit.from_json(r.json())),
+        json=body,
+        headers=headers,
+    )
+
+
+def get_limit(name: str) -> Call[Limit]:
+    return Call("GET", f"/v1/limits/{_seg(name)}", _limit)
+
+
+def list_limits() -> Call[List[Limit]]:
+    return Call("GET", "/v1/limits", lambda r: [Limit.from_json(x) for x in r.json()["items"]])
+
+
+def delete_limit(name: str) -> Call[None]:
+    return Call("DELETE", f"/v1/limits/{_seg(name)}", _none)
+
+
+def hold_limit(name: str, seconds: int, key: Optional[str], reason: Optional[str]) -> Call[Limit]:
+    body: Dict[str, Any] = {"seconds": seconds}
+    if key is not None:
+        body["key"] = key
+    if reason is not None:
+        body["reason"] = reason
+    return Call("POST", f"/v1/limits/{_seg(name)}/hold", _limit, json=body)
+
+
+def release_limit(name: str, key: Optional[str]) -> Call[Limit]:
+    return Call("POST", f"/v1/limits/{_seg(name)}/release", _limit, json={} if key is None else {"key": key})
 
 
 def retry_instance(instance_id: str, reason: Optional[str]) -> Call[Instance]:

@@ -34,7 +34,9 @@ from .models import (
     CompletionResult,
     Instance,
     InstanceDetail,
+    Limit,
     Page,
+    Rate,
     Task,
     TaskSpec,
 )
@@ -278,7 +280,8 @@ class Client:
         return self._do(_api.complete_many(items))
 
     def fail(self, instance_id: str, lease_token: str, error: str, *, retryable: bool = True,
-             retry_at_once: bool = False, retry_after_seconds: Optional[int] = None) -> Instance:
+             retry_at_once: bool = False, retry_after_seconds: Optional[int] = None,
+             hold_limit: Optional[str] = None) -> Instance:
         """End the attempt: FAILED (retried after the backoff, or at once with
         ``retry_at_once=True``: an attempt given back, e.g. at shutdown) or DEAD
         (``retryable=False`` or no attempts left).
@@ -288,8 +291,57 @@ class Client:
         due that many seconds from now, with the same ``attempt`` (not spent) and
         ``error_kind: "throttled"``; the task's circuit breaker counts nothing, and
         ``retryable``/``retry_at_once`` do not apply. Out of range:
-        :class:`~kairos_agent.errors.Invalid`, and the instance stays RUNNING under its lease."""
-        return self._do(_api.fail(instance_id, lease_token, error, retryable, retry_at_once, retry_after_seconds))
+        :class:`~kairos_agent.errors.Invalid`, and the instance stays RUNNING under its lease.
+
+        ``hold_limit`` (with ``retry_after_seconds``) names a shared limit the instance draws on:
+        it is held (for the instance's key, if ``per_key``) until the same instant, so no
+        instance of any task that draws on it starts meanwhile: the quota is the limit's, not
+        this attempt's. A limit the instance does not draw on, or ``hold_limit`` without
+        ``retry_after_seconds``, is :class:`~kairos_agent.errors.Invalid` (field ``hold_limit``)
+        and nothing changes."""
+        return self._do(
+            _api.fail(instance_id, lease_token, error, retryable, retry_at_once, retry_after_seconds, hold_limit)
+        )
+
+    # --- shared limits -----------------------------------------------------------------------
+
+    def put_limit(
+        self,
+        name: str,
+        *,
+        concurrency: Optional[int] = None,
+        rate: Optional[Rate] = None,
+        per_key: Optional[bool] = None,
+        if_match: Optional[Union[int, str]] = None,
+    ) -> Limit:
+        """Create or replace a shared limit (``PUT /v1/limits/{name}``): ``concurrency`` units
+        RUNNING at once, a ``rate`` (``{"count": 500, "per_seconds": 60, "burst": 20}``), or
+        both; ``per_key=True`` keeps a budget per rendered key. The same definition again is a
+        no-op (the version is kept). A change that would leave a task drawing on it unable to
+        start is :class:`~kairos_agent.errors.Stale` (409) naming the task."""
+        return self._do(_api.put_limit(name, concurrency, rate, per_key, if_match))[1]
+
+    def get_limit(self, name: str) -> Limit:
+        """The limit with its live usage (``running``, ``available_rate``, holds, busiest keys)."""
+        return self._do(_api.get_limit(name))
+
+    def list_limits(self) -> List[Limit]:
+        """Every limit with its usage, by name."""
+        return self._do(_api.list_limits())
+
+    def delete_limit(self, name: str) -> None:
+        """Delete a limit; :class:`~kairos_agent.errors.Stale` (409) while a task draws on it."""
+        self._do(_api.delete_limit(name))
+
+    def hold_limit(self, name: str, seconds: int, *, key: Optional[str] = None,
+                   reason: Optional[str] = None) -> Limit:
+        """Start nothing that draws on the limit (on ``key``, required for a ``per_key`` limit)
+        for ``seconds`` (1-86400); a later hold is never shortened."""
+        return self._do(_api.hold_limit(name, seconds, key, reason))
+
+    def release_limit(self, name: str, *, key: Optional[str] = None) -> Limit:
+        """Lift the hold of ``key``, or every hold of the limit without one."""
+        return self._do(_api.release_limit(name, key))
 
 
 class AsyncClient:
@@ -481,7 +533,37 @@ class AsyncClient:
         return await self._do(_api.complete_many_encoded(body))
 
     async def fail(self, instance_id: str, lease_token: str, error: str, *, retryable: bool = True,
-                   retry_at_once: bool = False, retry_after_seconds: Optional[int] = None) -> Instance:
+                   retry_at_once: bool = False, retry_after_seconds: Optional[int] = None,
+                   hold_limit: Optional[str] = None) -> Instance:
         return await self._do(
-            _api.fail(instance_id, lease_token, error, retryable, retry_at_once, retry_after_seconds)
+            _api.fail(instance_id, lease_token, error, retryable, retry_at_once, retry_after_seconds, hold_limit)
         )
+
+    # --- shared limits -----------------------------------------------------------------------
+
+    async def put_limit(
+        self,
+        name: str,
+        *,
+        concurrency: Optional[int] = None,
+        rate: Optional[Rate] = None,
+        per_key: Optional[bool] = None,
+        if_match: Optional[Union[int, str]] = None,
+    ) -> Limit:
+        return (await self._do(_api.put_limit(name, concurrency, rate, per_key, if_match)))[1]
+
+    async def get_limit(self, name: str) -> Limit:
+        return await self._do(_api.get_limit(name))
+
+    async def list_limits(self) -> List[Limit]:
+        return await self._do(_api.list_limits())
+
+    async def delete_limit(self, name: str) -> None:
+        await self._do(_api.delete_limit(name))
+
+    async def hold_limit(self, name: str, seconds: int, *, key: Optional[str] = None,
+                         reason: Optional[str] = None) -> Limit:
+        return await self._do(_api.hold_limit(name, seconds, key, reason))
+
+    async def release_limit(self, name: str, *, key: Optional[str] = None) -> Limit:
+        return await self._do(_api.release_limit(name, key))

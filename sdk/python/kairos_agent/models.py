@@ -45,15 +45,20 @@ __all__ = [
     "InstanceEvent",
     "IntervalTrigger",
     "LeaseLost",
+    "Limit",
+    "LimitDraw",
+    "LimitKey",
     "ManualTrigger",
     "Notify",
     "OnceTrigger",
     "Page",
     "PollDispatch",
+    "Rate",
     "RetryBackoff",
     "Task",
     "TaskSpec",
     "Trigger",
+    "WaitingReason",
     "WebhookDispatch",
     "after",
     "cron",
@@ -172,7 +177,21 @@ class RetryBackoff(TypedDict, total=False):
     jitter: float
 
 
+class _LimitDrawRequired(TypedDict):
+    name: str
+
+
+class LimitDraw(_LimitDrawRequired, total=False):
+    """One entry of ``execution.limits``: a shared limit the task's instances draw on, the key
+    template of a ``per_key`` limit (``"{{params.tenant}}"``; ``{{task_id}}`` and
+    ``{{agent_id}}`` too) and the units one instance takes (``cost``, default 1)."""
+
+    key: str
+    cost: int
+
+
 class Execution(TypedDict, total=False):
+    limits: List[LimitDraw]
     timeout_seconds: int
     max_retries: int
     retry_backoff: RetryBackoff
@@ -209,6 +228,18 @@ class Notify(TypedDict, total=False):
 class CircuitBreaker(TypedDict, total=False):
     failure_threshold: int
     cooldown_seconds: Optional[int]
+
+
+class _RateRequired(TypedDict):
+    count: int
+    per_seconds: int
+
+
+class Rate(_RateRequired, total=False):
+    """A limit's ``rate``: at most ``count + burst`` starts in any ``per_seconds`` seconds
+    (``burst`` defaults to 0, at most ``count``)."""
+
+    burst: int
 
 
 def cron(expr: str, timezone: str = "UTC") -> CronTrigger:
@@ -539,16 +570,126 @@ class InstanceEvent:
 
 
 @dataclass
+class WaitingReason:
+    """One reason a PENDING or FAILED instance is not running now (``waiting_on``).
+
+    ``reason`` is one of ``available_at``, ``retry_backoff``, ``limit_concurrency``,
+    ``limit_rate``, ``limit_held``, ``concurrency_limit``, ``task_paused``, ``circuit_open``,
+    ``no_agent``; ``detail`` says what to do about it; ``until`` is when it lifts by itself (if
+    it does); ``limit`` and ``key`` name the shared limit (and key) it is about."""
+
+    reason: str
+    detail: str
+    until: Optional[datetime] = None
+    limit: Optional[str] = None
+    key: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "WaitingReason":
+        return cls(
+            reason=_str(d, "reason"),
+            detail=_str(d, "detail"),
+            until=_ts(d.get("until")),
+            limit=_opt_str(d, "limit"),
+            key=_opt_str(d, "key"),
+        )
+
+
+@dataclass
 class InstanceDetail(Instance):
-    """An instance with its whole history, oldest transition first."""
+    """An instance with its whole history, oldest transition first, and (PENDING or FAILED)
+    why it is not running now (``waiting_on``; empty when nothing holds it back)."""
 
     events: List[InstanceEvent] = field(default_factory=list)
+    waiting_on: List[WaitingReason] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "InstanceDetail":
         raw = d.get("events")
         events = [InstanceEvent.from_json(e) for e in raw] if isinstance(raw, list) else []
-        return cls(**_instance_fields(d), events=events)
+        raw = d.get("waiting_on")
+        waiting = [WaitingReason.from_json(w) for w in raw] if isinstance(raw, list) else []
+        return cls(**_instance_fields(d), events=events, waiting_on=waiting)
+
+
+def _opt_int(d: Mapping[str, Any], key: str) -> Optional[int]:
+    v = d.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise ValueError(f"{key} must be an integer or null, got {v!r}")
+    return v
+
+
+@dataclass
+class LimitKey:
+    """One key's budget of a ``per_key`` limit: units ``running``, the starts its rate allows now
+    (``available_rate``, None without a rate), and its hold."""
+
+    key: str
+    running: int
+    available_rate: Optional[int]
+    held_until: Optional[datetime]
+    held_reason: Optional[str]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "LimitKey":
+        return cls(
+            key=_str(d, "key"),
+            running=_int(d, "running"),
+            available_rate=_opt_int(d, "available_rate"),
+            held_until=_ts(d.get("held_until")),
+            held_reason=_opt_str(d, "held_reason"),
+        )
+
+
+@dataclass
+class Limit:
+    """A shared limit as the API shows it (``GET /v1/limits/{name}``): its definition and live
+    usage. ``running`` counts the concurrency units RUNNING instances hold (0 for a limit
+    without ``concurrency``); ``available_rate`` is how many starts the rate allows now (at
+    most ``burst + 1``). For a ``per_key`` limit ``running`` is the sum over its keys,
+    ``available_rate`` and the hold are None, and ``keys`` lists the busiest keys (at most 20)
+    with their own numbers."""
+
+    name: str
+    version: int
+    concurrency: Optional[int]
+    rate: Optional[Rate]
+    per_key: bool
+    running: int
+    available_rate: Optional[int]
+    held_until: Optional[datetime]
+    held_reason: Optional[str]
+    keys: List[LimitKey]
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Limit":
+        raw_rate = d.get("rate")
+        rate: Optional[Rate] = None
+        if isinstance(raw_rate, Mapping):
+            rate = {
+                "count": _int(raw_rate, "count"),
+                "per_seconds": _int(raw_rate, "per_seconds"),
+                "burst": _int(raw_rate, "burst"),
+            }
+        raw_keys = d.get("keys")
+        return cls(
+            name=_str(d, "name"),
+            version=_int(d, "version"),
+            concurrency=_opt_int(d, "concurrency"),
+            rate=rate,
+            per_key=bool(d.get("per_key", False)),
+            running=_int(d, "running"),
+            available_rate=_opt_int(d, "available_rate"),
+            held_until=_ts(d.get("held_until")),
+            held_reason=_opt_str(d, "held_reason"),
+            keys=[LimitKey.from_json(k) for k in raw_keys] if isinstance(raw_keys, list) else [],
+            created_at=_ts_required(d.get("created_at"), "created_at"),
+            updated_at=_ts_required(d.get("updated_at"), "updated_at"),
+        )
 
 
 @dataclass

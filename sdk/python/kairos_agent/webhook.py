@@ -15,7 +15,7 @@ meanwhile). Raising :class:`~kairos_agent.Fatal` needs the callback too (an answ
 fail an attempt retryably), so a fatal failure is answered ``202`` and reported with
 ``retryable: false``; so is :class:`~kairos_agent.Throttled`, reported with
 ``retry_after_seconds`` (the instance waits as PENDING, its attempt unspent, and is pushed
-again after the wait).
+again after the wait) and its ``hold_limit``, if any.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Set,
 import httpx
 
 from . import _api
-from .errors import KairosError, NotFound, Stale
+from .errors import Invalid, KairosError, NotFound, Stale
 from .models import ClaimedInstance
 from .worker import MAX_RESULT_BYTES, Fatal, Handler, Throttled, _error_text, _is_async
 
@@ -230,9 +230,7 @@ class WebhookReceiver:
             self.stats.throttled += 1
             log.info("%s throttled, to be pushed again in %ds: %s; answering 202 and reporting it through the "
                      "fail callback", what, outcome.retry_after, error)
-            self._detach(self._report(instance, callbacks, "fail", {
-                "lease_token": instance.lease_token, "error": error, "retry_after_seconds": outcome.retry_after,
-            }))
+            self._detach(self._report(instance, callbacks, "fail", _throttle_body(instance, outcome)))
             return 202, {"status": "accepted"}
         if outcome.retryable:
             self.stats.answered_failure += 1
@@ -267,10 +265,7 @@ class WebhookReceiver:
             self.stats.throttled += 1
             log.info("%s throttled, to be pushed again in %ds: %s", _describe(instance), outcome.retry_after,
                      outcome.error)
-            await self._report(instance, callbacks, "fail", {
-                "lease_token": instance.lease_token, "error": outcome.error,
-                "retry_after_seconds": outcome.retry_after,
-            })
+            await self._report(instance, callbacks, "fail", _throttle_body(instance, outcome))
         else:
             log.warning("%s failed (%s): %s", _describe(instance), "retryable" if outcome.retryable else "fatal",
                         outcome.error)
@@ -306,6 +301,16 @@ class WebhookReceiver:
                 self.stats.lease_lost += 1
                 instance.lease_lost.set(f"{kind} answered 409: {e.detail}")
                 log.warning("%s of %s not recorded: lease lost (%s)", kind, what, e.detail)
+                return
+            except Invalid as e:
+                self.stats.callback_errors += 1
+                if "hold_limit" in body and any(f.field == "hold_limit" for f in e.errors):
+                    # Checked before anything is written: the throttle itself can still be reported.
+                    log.error("%s of %s: limit %r not held (%s); reporting the throttle without it",
+                              kind, what, body["hold_limit"], e.detail)
+                    body = {k: v for k, v in body.items() if k != "hold_limit"}
+                    continue
+                log.error("%s of %s refused: %s", kind, what, e)
                 return
             except KairosError as e:
                 self.stats.callback_errors += 1
@@ -360,6 +365,17 @@ class _Outcome:
     retryable: bool = True
     #: Set when the handler raised Throttled: the ``retry_after_seconds`` to report.
     retry_after: Optional[int] = None
+    #: The limit to hold as long (``Throttled(hold_limit=...)``).
+    hold_limit: Optional[str] = None
+
+
+def _throttle_body(instance: ClaimedInstance, outcome: _Outcome) -> Dict[str, Any]:
+    body: Dict[str, Any] = {
+        "lease_token": instance.lease_token, "error": outcome.error, "retry_after_seconds": outcome.retry_after,
+    }
+    if outcome.hold_limit is not None:
+        body["hold_limit"] = outcome.hold_limit
+    return body
 
 
 def _outcome(fut: "asyncio.Future[Any]") -> _Outcome:
@@ -367,7 +383,8 @@ def _outcome(fut: "asyncio.Future[Any]") -> _Outcome:
         return _Outcome(False, error="the handler was cancelled")
     exc = fut.exception()
     if isinstance(exc, Throttled):
-        return _Outcome(False, error=_error_text(exc), retry_after=exc.retry_after_seconds)
+        return _Outcome(False, error=_error_text(exc), retry_after=exc.retry_after_seconds,
+                        hold_limit=exc.hold_limit)
     if exc is not None:
         return _Outcome(False, error=_error_text(exc), retryable=not isinstance(exc, Fatal))
     result = fut.result()

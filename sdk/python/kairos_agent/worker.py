@@ -15,6 +15,8 @@ The rules it keeps:
 * Raising :class:`Throttled` (a quota refused the work: an HTTP 429 from a model API) reports
   the attempt throttled, ``retry_after_seconds = ceil(after)`` (1 to 86400): the instance waits
   as PENDING that long with its attempt unspent, and the task's circuit breaker counts nothing.
+  With ``hold_limit``, the shared limit of that name is held until then too, so nothing else
+  that draws on it starts meanwhile.
 * A lost lease (``409`` on a heartbeat, the completion or the failure report: the lease was
   reaped, the instance cancelled, or another attempt holds it) sets ``instance.lease_lost``,
   drops the handler's result, and is logged and counted in :attr:`Worker.stats`; it is never
@@ -113,15 +115,24 @@ class Throttled(Exception):
 
     ``after`` is a number of seconds: 0 or less waits the least (1 s), ``inf`` the most
     (a day); NaN is refused with :class:`ValueError`.
+
+    ``hold_limit`` names a shared limit the instance draws on (``execution.limits``) whose quota
+    this was: the worker sends it with the report, and the server holds that limit (for the
+    instance's key, if it is ``per_key``) until the same instant, so no instance of any task
+    drawing on it starts meanwhile. Should the server refuse it (the instance draws on no limit
+    of that name), the error is logged and the attempt is reported throttled without it.
     """
 
-    def __init__(self, after: float, reason: str = "rate limited") -> None:
+    def __init__(self, after: float, reason: str = "rate limited", *, hold_limit: Optional[str] = None) -> None:
         after = float(after)
         if math.isnan(after):
             raise ValueError("Throttled(after=...) must be a number of seconds, not NaN")
+        if hold_limit is not None and (not isinstance(hold_limit, str) or not hold_limit):
+            raise ValueError(f"Throttled(hold_limit=...) must be a limit's name, not {hold_limit!r}")
         super().__init__(reason)
         self.after = after
         self.reason = reason
+        self.hold_limit = hold_limit
 
     @property
     def retry_after_seconds(self) -> int:
@@ -133,7 +144,8 @@ class Throttled(Exception):
         return min(MAX_THROTTLE_SECONDS, math.ceil(self.after))
 
     def __repr__(self) -> str:
-        return f"Throttled(after={self.after!r}, reason={self.reason!r})"
+        held = "" if self.hold_limit is None else f", hold_limit={self.hold_limit!r}"
+        return f"Throttled(after={self.after!r}, reason={self.reason!r}{held})"
 
 
 @dataclass
@@ -626,9 +638,11 @@ class Worker:
                 return
             self._queue_success(job, result)
         elif isinstance(exc, Throttled):
-            log.info("%s throttled, to be tried again in %ds: %s", job.describe(), exc.retry_after_seconds,
-                     _error_text(exc))
-            self._report_failure(job, _error_text(exc), retryable=True, retry_after=exc.retry_after_seconds)
+            held = "" if exc.hold_limit is None else f" (holding limit {exc.hold_limit!r} as long)"
+            log.info("%s throttled, to be tried again in %ds%s: %s", job.describe(), exc.retry_after_seconds,
+                     held, _error_text(exc))
+            self._report_failure(job, _error_text(exc), retryable=True, retry_after=exc.retry_after_seconds,
+                                 hold_limit=exc.hold_limit)
         elif isinstance(exc, Fatal):
             log.warning("%s failed (fatal, will not be retried): %s", job.describe(), _error_text(exc))
             self._report_failure(job, _error_text(exc), retryable=False)
@@ -678,13 +692,15 @@ class Worker:
         t.add_done_callback(tasks.discard)
 
     def _report_failure(self, job: _Job, error: str, *, retryable: bool, at_once: bool = False,
-                        retry_after: Optional[int] = None) -> None:
-        self._spawn(self._send_failure(job, error, retryable, at_once, retry_after))
+                        retry_after: Optional[int] = None, hold_limit: Optional[str] = None) -> None:
+        self._spawn(self._send_failure(job, error, retryable, at_once, retry_after, hold_limit))
 
     async def _send_failure(self, job: _Job, error: str, retryable: bool, at_once: bool = False,
-                            retry_after: Optional[int] = None) -> None:
-        """Report a failed attempt, or with ``retry_after`` a throttled one; sent again under
-        the same lease token while it gets no answer (see :meth:`_report_pause`)."""
+                            retry_after: Optional[int] = None, hold_limit: Optional[str] = None) -> None:
+        """Report a failed attempt, or with ``retry_after`` a throttled one (holding
+        ``hold_limit`` as long); sent again under the same lease token while it gets no answer
+        (see :meth:`_report_pause`). A ``hold_limit`` the server refuses is dropped and the
+        throttle reported without it: the server checks it before writing anything."""
         i = job.instance
         kind = "failure" if retry_after is None else "throttle report"
         failures = 0
@@ -693,7 +709,8 @@ class Worker:
             while True:
                 try:
                     after = await self._client.fail(i.id, i.lease_token, error, retryable=retryable,
-                                                    retry_at_once=at_once, retry_after_seconds=retry_after)
+                                                    retry_at_once=at_once, retry_after_seconds=retry_after,
+                                                    hold_limit=hold_limit)
                 except Stale as e:
                     self.stats.fail_conflicts += 1
                     self._lease_lost(job, f"{kind} answered 409: {e.detail}")
@@ -703,7 +720,17 @@ class Worker:
                     self.stats.request_errors += 1
                     log.error("%s of %s not recorded: the instance no longer exists (%s)", kind, job.describe(), e.detail)
                     return
-                except (Unauthorized, Invalid) as e:
+                except Invalid as e:
+                    self.stats.request_errors += 1
+                    if hold_limit is not None and any(f.field == "hold_limit" for f in e.errors):
+                        log.error("%s of %s: limit %r not held (%s); reporting the throttle without it",
+                                  kind, job.describe(), hold_limit, e.detail)
+                        hold_limit = None
+                        continue
+                    log.error("%s of %s refused: %s; its lease will expire and the reaper retries it",
+                              kind, job.describe(), e)
+                    return
+                except Unauthorized as e:
                     self.stats.request_errors += 1
                     log.error("%s of %s refused: %s; its lease will expire and the reaper retries it",
                               kind, job.describe(), e)
@@ -723,8 +750,10 @@ class Worker:
                     continue
                 if retry_after is not None:
                     self.stats.throttled += 1
-                    log.info("%s recorded as throttled: %s again at %s, attempt %d unspent: %s",
-                             job.describe(), after.status, after.available_at.isoformat(), after.attempt, error)
+                    held = "" if hold_limit is None else f", limit {hold_limit!r} held as long"
+                    log.info("%s recorded as throttled: %s again at %s, attempt %d unspent%s: %s",
+                             job.describe(), after.status, after.available_at.isoformat(), after.attempt, held,
+                             error)
                     return
                 self.stats.failed += 1
                 log.info("%s recorded as %s (retryable %s, available at %s): %s",

@@ -7,15 +7,17 @@ import asyncio
 import dataclasses
 import uuid
 from datetime import datetime, timezone
+from typing import List, Optional, Tuple
 
 import pytest
 
-from conftest import Kairos
+from conftest import Kairos, eventually
 from kairos_agent import (
     Client,
     Completion,
     Forbidden,
     Invalid,
+    Limit,
     NotFound,
     Stale,
     TaskSpec,
@@ -183,6 +185,150 @@ def test_fail_with_retry_after_seconds_throttles_the_attempt_unspent(kairos: Kai
         asyncio.run(throttle_b())
         task = admin.get_task("quota")
         assert task.consecutive_failures == 0 and not task.paused, "a quota never opens the circuit"
+
+
+def _reasons(client: Client, instance_id: str) -> List[Tuple[str, Optional[str], Optional[str]]]:
+    return [(w.reason, w.limit, w.key) for w in client.get_instance(instance_id).waiting_on]
+
+
+def test_limit_calls_round_trip_through_the_api(kairos: Kairos) -> None:
+    with kairos.client() as admin, kairos.client(kairos.agent_token) as agent:
+        created = admin.put_limit("openai", concurrency=2, rate={"count": 500, "per_seconds": 60, "burst": 20})
+        assert isinstance(created, Limit) and created.version == 1
+        assert (created.concurrency, created.rate, created.per_key) == (
+            2, {"count": 500, "per_seconds": 60, "burst": 20}, False,
+        )
+        assert (created.running, created.available_rate, created.held_until, created.keys) == (0, 21, None, [])
+        same = admin.put_limit("openai", concurrency=2, rate={"count": 500, "per_seconds": 60, "burst": 20})
+        assert same.version == 1, "the same definition again is a no-op"
+        changed = admin.put_limit("openai", concurrency=3, rate={"count": 500, "per_seconds": 60, "burst": 20},
+                                  if_match=1)
+        assert (changed.version, changed.concurrency) == (2, 3)
+        with pytest.raises(VersionMismatch):
+            admin.put_limit("openai", concurrency=4, if_match=1)
+        with pytest.raises(Invalid) as invalid:
+            admin.put_limit("broken", concurrency=0)
+        assert [e.field for e in invalid.value.errors] == ["concurrency"]
+        with pytest.raises(Invalid) as invalid:
+            admin.put_limit("broken")
+        assert [e.field for e in invalid.value.errors] == ["concurrency"], "concurrency, rate or both"
+        admin.put_limit("tenant-crm", concurrency=1, per_key=True)
+        assert [lim.name for lim in admin.list_limits()] == ["openai", "tenant-crm"]
+        assert [lim.name for lim in agent.list_limits()] == ["openai", "tenant-crm"], "agents read limits"
+
+        # A task draws on both; its instances wait for a busy key and say why.
+        admin.put_task(TaskSpec(id="crm_sync", agent_id="agent_l", trigger=manual(), execution={
+            "concurrency_limit": 10,
+            "limits": [{"name": "openai"}, {"name": "tenant-crm", "key": "{{params.tenant}}"}],
+        }))
+        first = admin.trigger("crm_sync", context={"params": {"tenant": "acme"}})
+        second = admin.trigger("crm_sync", context={"params": {"tenant": "acme"}})
+        [running] = agent.claim("agent_l", "wl", max_instances=5)
+        waiting = second if running.id == first.id else first
+        usage = admin.get_limit("tenant-crm")
+        assert usage.running == 1 and usage.available_rate is None
+        assert [(k.key, k.running) for k in usage.keys] == [("acme", 1)]
+        assert admin.get_limit("openai").running == 1
+        # (Polled: the server records the agent's claim off the claim's path, and until it has,
+        # `no_agent` is a reason too.)
+        expected = [("limit_concurrency", "tenant-crm", "acme")]
+        eventually(lambda: _reasons(admin, waiting.id) == expected, "the waiting instance's reasons", timeout=10)
+        detail = admin.get_instance(waiting.id)
+        assert detail.waiting_on[0].detail.startswith('tenant-crm (key "acme"): 1 of 1 units running')
+        assert admin.get_instance(running.id).waiting_on == []
+
+        # Holds: a per_key limit's needs a key; the key's budget shows it until released.
+        with pytest.raises(Invalid) as invalid:
+            admin.hold_limit("tenant-crm", 60)
+        assert [e.field for e in invalid.value.errors] == ["key"]
+        with pytest.raises(Invalid) as invalid:
+            admin.hold_limit("openai", 86_401)
+        assert [e.field for e in invalid.value.errors] == ["seconds"]
+        with pytest.raises(Forbidden):
+            agent.hold_limit("openai", 60)
+        before = datetime.now(timezone.utc)
+        held = admin.hold_limit("tenant-crm", 60, key="globex", reason="CRM maintenance")
+        [globex] = [k for k in held.keys if k.key == "globex"]
+        assert globex.held_reason == "CRM maintenance" and globex.held_until is not None
+        assert 55 <= (globex.held_until - before).total_seconds() <= 65
+        whole = admin.hold_limit("openai", 30)
+        assert whole.held_reason == "held by operator" and whole.held_until is not None
+        assert admin.release_limit("openai").held_until is None
+        released = admin.release_limit("tenant-crm", key="globex")
+        assert all(k.held_until is None for k in released.keys)
+
+        with pytest.raises(Stale):
+            admin.delete_limit("openai")  # crm_sync draws on it
+        admin.put_limit("spare", concurrency=1)
+        admin.delete_limit("spare")
+        with pytest.raises(NotFound):
+            admin.get_limit("spare")
+
+        async def read_async() -> None:
+            async with kairos.async_client() as a:
+                assert [lim.name for lim in await a.list_limits()] == ["openai", "tenant-crm"]
+                assert (await a.get_limit("openai")).concurrency == 3
+                held = await a.hold_limit("openai", 5, reason="async")
+                assert held.held_reason == "async"
+                assert (await a.release_limit("openai")).held_until is None
+
+        asyncio.run(read_async())
+
+
+def test_fail_with_hold_limit_holds_the_shared_limit_until_the_retry(kairos: Kairos) -> None:
+    with kairos.client() as admin, kairos.client(kairos.agent_token) as agent:
+        admin.put_limit("model-api", concurrency=5)
+        for task_id in ("draft", "review"):
+            admin.put_task(TaskSpec(id=task_id, agent_id="agent_h", trigger=manual(),
+                                    execution={"concurrency_limit": 10, "limits": [{"name": "model-api"}]}))
+        admin.put_task(TaskSpec(id="unlimited", agent_id="agent_h", trigger=manual()))
+        admin.trigger("draft")
+        admin.trigger("unlimited")
+        claimed = agent.claim("agent_h", "wh", max_instances=5)
+        [a] = [c for c in claimed if c.task_id == "draft"]
+        [u] = [c for c in claimed if c.task_id == "unlimited"]
+
+        # Refused, naming the field, with nothing written: without retry_after_seconds, or a
+        # limit the instance does not draw on.
+        for name, after in (("model-api", None), ("other", 5)):
+            with pytest.raises(Invalid) as invalid:
+                agent.fail(a.id, a.lease_token, "HTTP 429", retry_after_seconds=after, hold_limit=name)
+            assert [e.field for e in invalid.value.errors] == ["hold_limit"]
+            assert admin.get_instance(a.id).status == "RUNNING"
+        with pytest.raises(Invalid):
+            agent.fail(u.id, u.lease_token, "HTTP 429", retry_after_seconds=5, hold_limit="model-api")
+        assert admin.get_limit("model-api").held_until is None
+
+        sent = datetime.now(timezone.utc)
+        throttled = agent.fail(a.id, a.lease_token, "HTTP 429 from the model API", retry_after_seconds=30,
+                               hold_limit="model-api")
+        assert (throttled.status, throttled.attempt, throttled.error_kind) == ("PENDING", 1, "throttled")
+        limit = admin.get_limit("model-api")
+        assert limit.held_until is not None and limit.held_reason is not None
+        assert abs((limit.held_until - throttled.available_at).total_seconds()) < 1, "held as long"
+        assert 25 <= (limit.held_until - sent).total_seconds() <= 35
+        assert "HTTP 429 from the model API" in limit.held_reason and a.id in limit.held_reason
+
+        # Another task drawing on the limit waits for the hold too, and says so.
+        other = admin.trigger("review")
+        assert agent.claim("agent_h", "wh", max_instances=5, wait_seconds=0) == []
+        eventually(lambda: _reasons(admin, other.id) == [("limit_held", "model-api", None)],
+                   "the other task's reasons", timeout=10)
+        assert admin.get_instance(other.id).waiting_on[0].until is not None
+
+        # The async client sends it too; releasing the hold lets the work start.
+        admin.release_limit("model-api")
+
+        async def throttle_again() -> None:
+            async with kairos.async_client(kairos.agent_token) as aagent:
+                got = await aagent.claim("agent_h", "wh", max_instances=5)
+                assert {c.task_id for c in got} == {"review"}, "draft waits out its own retry_after"
+                [b] = got
+                done = await aagent.fail(b.id, b.lease_token, "quota", retry_after_seconds=2, hold_limit="model-api")
+                assert (done.status, done.attempt) == ("PENDING", 1)
+
+        asyncio.run(throttle_again())
+        assert admin.get_limit("model-api").held_until is not None
 
 
 def test_a_claim_sent_again_with_its_claim_id_gets_the_same_instances_and_tokens(kairos: Kairos) -> None:

@@ -183,6 +183,39 @@ def test_receiver_reports_throttled_through_the_fail_callback_and_is_pushed_agai
     assert s.answered_failure == 0 and s.lease_lost == 0 and s.callback_errors == 0
 
 
+def test_receiver_reports_a_throttle_s_hold_limit_and_drops_one_the_server_refuses(kairos: Kairos) -> None:
+    pushes: List[Tuple[str, int]] = []
+
+    async def handler(instance: ClaimedInstance) -> Any:
+        pushes.append((instance.window_key, instance.attempt))
+        if [k for k, _ in pushes].count(instance.window_key) == 1:
+            limit = "push-api" if instance.window_key == "held" else "no-such-limit"
+            raise Throttled(after=1, reason=f"HTTP 429 ({instance.window_key})", hold_limit=limit)
+        return {"window": instance.window_key}
+
+    receiver = WebhookReceiver(handler, SECRET, token=kairos.agent_token, respond_within=0.5)
+    with Served(receiver) as served:
+        with kairos.client() as c:
+            c.put_limit("push-api", concurrency=5)
+        _webhook_task(kairos, "pushed_held", f"{served.url}/", max_retries=0, limits=[{"name": "push-api"}])
+        with kairos.client() as c:
+            ids = {k: c.trigger("pushed_held", window_key=k).id for k in ("held", "unknown")}
+            eventually(lambda: all(c.get_instance(i).status in ("SUCCESS", "DEAD") for i in ids.values()),
+                       "both pushes settled", timeout=30)
+            got = {k: c.get_instance(i) for k, i in ids.items()}
+        assert asyncio.run_coroutine_threadsafe(receiver.wait_idle(5), _loop_of(served)).result(10)
+
+    for k, inst in got.items():
+        assert (inst.status, inst.attempt, inst.result) == ("SUCCESS", 1, {"window": k}), inst
+    # The hold is kept in the limit's state (it has lifted by now): set by the held window's
+    # report, with its reason.
+    reason = kairos.scalar("select held_reason from limit_state where limit_name = 'push-api' and key = ''")
+    assert reason is not None and "HTTP 429 (held)" in reason and ids["held"] in reason
+    s = receiver.stats
+    assert (s.throttled, s.callbacks_recorded, s.answered_success) == (2, 2, 2)
+    assert s.callback_errors == 1, "the unknown limit was refused once, then dropped"
+
+
 def test_receiver_refuses_a_push_with_a_wrong_signature(kairos: Kairos) -> None:
     calls: List[str] = []
     receiver = WebhookReceiver(lambda instance: calls.append(instance.id), "not-the-tasks-secret")

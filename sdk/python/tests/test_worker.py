@@ -18,7 +18,17 @@ import httpx
 import pytest
 
 from conftest import Kairos, RunningWorker, agent_process, backlog, eventually, trigger_many
-from kairos_agent import ClaimedInstance, Fatal, Retryable, TaskSpec, Throttled, Unauthorized, Worker, manual
+from kairos_agent import (
+    ClaimedInstance,
+    Fatal,
+    Limit,
+    Retryable,
+    TaskSpec,
+    Throttled,
+    Unauthorized,
+    Worker,
+    manual,
+)
 from kairos_agent.worker import _is_async
 
 FAST_RETRY: Dict[str, Any] = {"retry_backoff": {"base_seconds": 1, "max_seconds": 1, "jitter": 0.0}}
@@ -171,6 +181,89 @@ def test_throttled_waits_its_time_with_the_attempt_unspent_and_the_circuit_untou
     assert throttle.reason == "throttled: HTTP 429 from the model API" and throttle.actor == "agent:qw"
     assert stats.throttled == 1 and stats.failed == 0 and stats.succeeded == 1
     assert stats.claimed == 2 and stats.lease_lost == 0 and stats.request_errors == 0
+
+
+def test_throttled_with_hold_limit_holds_the_shared_limit_for_every_task_drawing_on_it(kairos: Kairos) -> None:
+    with kairos.client() as c:
+        c.put_limit("model-api", concurrency=10)
+        for task_id in ("draft", "review"):
+            c.put_task(TaskSpec(id=task_id, agent_id="held_agent", trigger=manual(),
+                                execution={"max_retries": 0, "limits": [{"name": "model-api"}]},
+                                circuit_breaker={"failure_threshold": 1}))
+        draft = c.trigger("draft").id
+    runs: List[Tuple[float, str, int]] = []  # (monotonic start, task, attempt)
+
+    def handler(instance: ClaimedInstance) -> Any:
+        runs.append((time.monotonic(), instance.task_id, instance.attempt))
+        if len(runs) == 1:
+            raise Throttled(after=3, reason="HTTP 429 from the model API", hold_limit="model-api")
+        return {"task": instance.task_id}
+
+    w = _worker(kairos, "held_agent", "hw")
+    with RunningWorker(w, handler) as running:
+        with kairos.client() as c:
+
+            def held() -> Optional[Limit]:
+                lim = c.get_limit("model-api")
+                return lim if lim.held_until is not None else None
+
+            limit = eventually(held, "the limit held", timeout=15)
+            held_at = time.monotonic()
+            # Work of another task on the same limit waits for the hold as well.
+            review = c.trigger("review").id
+            eventually(lambda: all(c.get_instance(i).status == "SUCCESS" for i in (draft, review)),
+                       "both instances succeeded", timeout=30)
+            done = c.get_instance(draft)
+        stats = running.stop()
+
+    assert limit.held_reason is not None and "HTTP 429 from the model API" in limit.held_reason
+    assert [(t, a) for _, t, a in runs][0] == ("draft", 1)
+    assert sorted((t, a) for _, t, a in runs[1:]) == [("draft", 1), ("review", 1)], "nothing spent"
+    review_start = [at for at, t, _ in runs if t == "review"][0]
+    assert review_start - runs[0][0] >= 2.9, "review started while the limit was held"
+    assert review_start > held_at
+    assert done.result == {"task": "draft"} and done.attempt == 1
+    assert stats.throttled == 1 and stats.failed == 0 and stats.succeeded == 2 and stats.request_errors == 0
+
+
+def test_a_hold_limit_the_server_refuses_is_dropped_and_the_throttle_still_reported(kairos: Kairos) -> None:
+    _quota_task(kairos, "quota_nolimit", "qn_agent")
+    with kairos.client() as c:
+        inst_id = c.trigger("quota_nolimit").id
+    attempts: List[int] = []
+
+    async def handler(instance: ClaimedInstance) -> str:
+        attempts.append(instance.attempt)
+        if len(attempts) == 1:
+            raise Throttled(after=1, hold_limit="no-such-limit")
+        return "done"
+
+    transport = LosingAnswers(lambda request, status, body: None, "timeout")
+    w = _worker(kairos, "qn_agent", "qnw", transport=transport)
+    with RunningWorker(w, handler) as running:
+        with kairos.client() as c:
+            eventually(lambda: c.get_instance(inst_id).status in ("SUCCESS", "DEAD"), "the instance finished",
+                       timeout=30)
+            done = c.get_instance(inst_id)
+        stats = running.stop()
+
+    fails = [body for path, body in transport.sent if path.endswith("/fail")]
+    assert [f.get("hold_limit") for f in fails] == ["no-such-limit", None]
+    assert all(f["retry_after_seconds"] == 1 for f in fails)
+    assert (done.status, done.attempt, done.result) == ("SUCCESS", 1, "done") and attempts == [1, 1]
+    assert stats.throttled == 1 and stats.failed == 0 and stats.request_errors == 1
+
+
+def test_throttled_checks_its_arguments() -> None:
+    assert Throttled(after=2).hold_limit is None
+    t = Throttled(5, "HTTP 429", hold_limit="openai")
+    assert (t.after, t.reason, t.hold_limit, t.retry_after_seconds) == (5.0, "HTTP 429", "openai", 5)
+    assert repr(t) == "Throttled(after=5.0, reason='HTTP 429', hold_limit='openai')"
+    assert repr(Throttled(0.5)) == "Throttled(after=0.5, reason='rate limited')"
+    with pytest.raises(ValueError):
+        Throttled(after=1, hold_limit="")
+    with pytest.raises(ValueError):
+        Throttled(after=float("nan"))
 
 
 def test_a_killed_worker_loses_nothing_its_leases_expire_and_another_finishes(kairos: Kairos, tmp_path: Path) -> None:
