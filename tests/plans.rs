@@ -68,7 +68,8 @@ async fn the_wake_up_probe_of_a_drained_task_reads_the_pending_index_not_its_his
     let mut read = Vec::new();
     indexes_read(&plan, &mut read);
     assert!(
-        read.iter().any(|n| n == "task_instance_task_pending_idx"),
+        read.iter()
+            .any(|n| n == "task_instance_task_pending_priority_idx"),
         "the probe should read the pending index; plan: {plan}"
     );
     assert!(

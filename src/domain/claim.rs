@@ -6,7 +6,11 @@
 //! - within a task the oldest available instance goes first;
 //! - across tasks the claim goes round by round: every task's oldest instance (oldest first),
 //!   then every task's second oldest, and so on. One backlogged task therefore takes one slot a
-//!   round, never the whole batch while other tasks wait.
+//!   round, never the whole batch while other tasks wait;
+//! - priorities are strict: every claimable instance of priority 0 goes before any of priority
+//!   1, and so on; the rounds above run within each priority. Lower priorities wait while more
+//!   urgent work is claimable (`waiting_on: priority` says so), by design: an operator who wants
+//!   them to move lowers the urgent work's priority or raises its capacity.
 //!
 //! Candidates arrive in availability order (`available_at`, `scheduled_at`, `id`), the order the
 //! claim index yields them. The store reads only the head of that order when it can: the head is
@@ -22,6 +26,8 @@ pub struct Candidate<Id> {
     pub task_id: String,
     /// How many more instances of this task may run now (`limit - running`); ≤ 0 means none.
     pub room: i64,
+    /// 0 (most urgent) to 9: every claimable candidate of a more urgent priority goes first.
+    pub priority: i16,
 }
 
 /// What one pick chose.
@@ -65,23 +71,27 @@ pub fn fair_pick_with<Id: Clone>(
 ) -> Pick<Id> {
     // Per task: (room, candidates given).
     let mut seen: HashMap<&str, (i64, i64)> = HashMap::new();
-    // (round, position in availability order)
-    let mut ranked: Vec<(usize, usize)> = Vec::with_capacity(candidates.len());
+    // Per (task, priority): candidates given, for the rounds within a priority.
+    let mut rounds: HashMap<(&str, i16), usize> = HashMap::new();
+    // (priority, round within the priority, position in availability order)
+    let mut ranked: Vec<(i16, usize, usize)> = Vec::with_capacity(candidates.len());
     for (pos, c) in candidates.iter().enumerate() {
         let (room, n) = seen.entry(c.task_id.as_str()).or_insert((c.room, 0));
         *n += 1;
         if *n <= *room {
-            ranked.push((usize::try_from(*n).unwrap_or(usize::MAX), pos));
+            let round = rounds.entry((c.task_id.as_str(), c.priority)).or_insert(0);
+            *round += 1;
+            ranked.push((c.priority, *round, pos));
         }
     }
     ranked.sort_unstable();
-    let mut kept = Vec::with_capacity(max.min(ranked.len()));
-    for r in ranked {
+    let mut kept: Vec<(usize, usize)> = Vec::with_capacity(max.min(ranked.len()));
+    for (_, round, pos) in ranked {
         if kept.len() >= max {
             break;
         }
-        if fits(r.1) {
-            kept.push(r);
+        if fits(pos) {
+            kept.push((round, pos));
         }
     }
     let ranked = kept;
@@ -118,7 +128,33 @@ mod tests {
             id,
             task_id: task.to_owned(),
             room,
+            priority: 5,
         }
+    }
+
+    fn p(id: u32, task: &str, priority: i16) -> Candidate<u32> {
+        Candidate {
+            priority,
+            ..c(id, task, 100)
+        }
+    }
+
+    #[test]
+    fn the_most_urgent_priority_goes_first_and_rounds_run_within_it() {
+        // In availability order within each priority (the store's order): priority 0 of a and
+        // b, then priority 5 of a, b, c.
+        let cands = vec![
+            p(1, "a", 0),
+            p(2, "a", 0),
+            p(3, "a", 0),
+            p(4, "b", 0),
+            p(10, "a", 5),
+            p(11, "c", 5),
+            p(12, "b", 5),
+        ];
+        let pick = fair_pick(&cands, 5);
+        // Round 1 of priority 0 (a, b), round 2 and 3 of priority 0 (a), then priority 5.
+        assert_eq!(pick.chosen, vec![1, 4, 2, 3, 10]);
     }
 
     #[test]

@@ -232,6 +232,8 @@ pub struct Instance {
     /// `task_id:window_key`, stable across attempts: agents pass it downstream to de-duplicate
     /// side effects.
     pub idempotency_key: String,
+    /// 0 (most urgent) to 9: claims take the most urgent claimable work first.
+    pub priority: i16,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }

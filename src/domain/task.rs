@@ -244,6 +244,9 @@ pub struct Execution {
     pub catchup: Catchup,
     pub catchup_window_seconds: i64,
     pub misfire_grace_seconds: i64,
+    /// 0 (most urgent) to 9; claims take the most urgent claimable work first.
+    #[serde(default = "default_priority")]
+    pub priority: i16,
     /// Shared limits the task draws on (`execution.limits`, [`super::limit`]).
     #[serde(default)]
     pub limits: Vec<super::limit::Draw>,
@@ -251,6 +254,13 @@ pub struct Execution {
 
 /// `execution.timeout_seconds` when not given.
 pub const DEFAULT_TIMEOUT_SECONDS: i64 = 600;
+/// `execution.priority` when not given (0 is the most urgent, 9 the least).
+pub const DEFAULT_PRIORITY: i16 = 5;
+
+fn default_priority() -> i16 {
+    DEFAULT_PRIORITY
+}
+
 /// `execution.concurrency_limit` when not given.
 pub const DEFAULT_CONCURRENCY_LIMIT: i32 = 1;
 /// `circuit_breaker.failure_threshold` when not given.
@@ -267,6 +277,7 @@ impl Default for Execution {
             catchup: Catchup::Skip,
             catchup_window_seconds: 86_400,
             misfire_grace_seconds: 60,
+            priority: DEFAULT_PRIORITY,
             limits: Vec::new(),
         }
     }
@@ -787,6 +798,7 @@ fn parse_execution(value: Option<&Value>, errs: &mut Errors) -> Execution {
             "catchup_window_seconds",
             "misfire_grace_seconds",
             "limits",
+            "priority",
         ],
     ) else {
         return d;
@@ -882,6 +894,7 @@ fn parse_execution(value: Option<&Value>, errs: &mut Errors) -> Execution {
         }
     };
     let limits = super::limit::parse_draws(e.get("limits"), &mut errs.0);
+    let priority = errs.int(e, p, "priority", DEFAULT_PRIORITY.into(), 0, 9) as i16;
     Execution {
         timeout_seconds,
         max_retries,
@@ -891,6 +904,7 @@ fn parse_execution(value: Option<&Value>, errs: &mut Errors) -> Execution {
         catchup,
         catchup_window_seconds,
         misfire_grace_seconds,
+        priority,
         limits,
     }
 }

@@ -358,6 +358,7 @@ struct CandidateRow {
     lim: Option<i32>,
     /// The shared-limit budgets the row draws on (`limit_draws`); None for most rows.
     draws: Option<Json<Vec<RenderedDraw>>>,
+    priority: i16,
 }
 
 impl CandidateRow {
@@ -366,6 +367,7 @@ impl CandidateRow {
             id: self.id,
             task_id: self.task_id.clone(),
             room: self.room.unwrap_or(0),
+            priority: self.priority,
         }
     }
 }
@@ -397,12 +399,33 @@ async fn pick(
     // to give and the claim is not full, once more with the whole claim as the share.
     let rows = read_per_task(conn, scope, max, None).await?;
     let p = pick_within_limits(conn, &rows, max).await?;
-    if p.chosen.len() >= max || p.tasks_at_cap.is_empty() {
+    if p.tasks_at_cap.is_empty() || (p.chosen.len() >= max && !outranked(&rows, &p)) {
         return Ok((chosen_of(&rows, &p), head_unsettled));
     }
     let rows = read_per_task(conn, scope, max, Some(max)).await?;
     let p = pick_within_limits(conn, &rows, max).await?;
     Ok((chosen_of(&rows, &p), head_unsettled))
+}
+
+/// Whether a task the share cut short may have rows that outrank a chosen row: its last row
+/// read is of a more urgent priority than the least urgent chosen row (its next rows, of that
+/// priority or later, would rank before it). Within one priority a full claim is settled: the
+/// cut-short tasks' next rows come in a later round than every chosen row's.
+fn outranked(rows: &[CandidateRow], p: &Pick<Uuid>) -> bool {
+    let chosen: HashSet<Uuid> = p.chosen.iter().copied().collect();
+    let worst = rows
+        .iter()
+        .filter(|r| chosen.contains(&r.id))
+        .map(|r| r.priority)
+        .max()
+        .unwrap_or(0);
+    p.tasks_at_cap.iter().any(|task| {
+        rows.iter()
+            .filter(|r| &r.task_id == task)
+            .map(|r| r.priority)
+            .max()
+            .is_some_and(|last| last < worst)
+    })
 }
 
 /// The fair pick over `rows`, passing over rows whose shared limits have no room now (as read
@@ -465,6 +488,7 @@ struct HeadRow {
     room: Option<i64>,
     lim: Option<i32>,
     draws: Option<Json<Vec<RenderedDraw>>>,
+    priority: i16,
 }
 
 /// The agent's oldest available PENDING rows (locked, skipping rows other claimers hold), each
@@ -484,16 +508,16 @@ async fn read_head(
     let blocked = super::limits::BLOCKED_BUDGETS_SQL;
     let sql = format!(
         "with blocked as materialized ({blocked}), head as ( \
-             select i.id, i.task_id, i.available_at, i.scheduled_at, i.limit_draws \
+             select i.id, i.task_id, i.priority, i.available_at, i.scheduled_at, i.limit_draws \
              from task_instance i \
              where {CLAIMABLE} and i.agent_id = $1 and i.available_at <= now() and {open} \
-             order by i.available_at, i.scheduled_at, i.id \
+             order by i.priority, i.available_at, i.scheduled_at, i.id \
              limit $2 \
              for update skip locked \
          ), h as ( \
              select head.*, row_number() over (partition by head.task_id) = 1 as first from head \
          ) \
-         select h.id, h.task_id, h.first, r.room, r.lim, h.limit_draws as draws from h \
+         select h.id, h.task_id, h.first, r.room, r.lim, h.limit_draws as draws, h.priority from h \
          left join lateral ( \
              select l.lim, l.lim - (select count(*) from task_instance r \
                  where r.task_id = h.task_id and r.status = 'RUNNING') as room \
@@ -502,7 +526,7 @@ async fn read_head(
                    offset 0) l \
              where h.first \
          ) r on true \
-         order by h.available_at, h.scheduled_at, h.id"
+         order by h.priority, h.available_at, h.scheduled_at, h.id"
     );
     let rows: Vec<HeadRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(agent_id)
@@ -529,6 +553,7 @@ fn head_candidates(rows: Vec<HeadRow>) -> Vec<CandidateRow> {
                 room,
                 lim,
                 draws: r.draws,
+                priority: r.priority,
             }
         })
         .collect()
@@ -570,19 +595,19 @@ async fn read_per_task(
                  as share \
              from room where room > 0 \
          ) \
-         select c.id, c.task_id, room.room, room.lim, c.limit_draws as draws \
+         select c.id, c.task_id, room.room, room.lim, c.limit_draws as draws, c.priority \
          from room cross join fair \
          cross join lateral ( \
-             select i.id, i.task_id, i.available_at, i.scheduled_at, i.limit_draws \
+             select i.id, i.task_id, i.priority, i.available_at, i.scheduled_at, i.limit_draws \
              from task_instance i \
              where i.task_id = room.id and {CLAIMABLE} and i.available_at <= now() \
                and ($1::text is null or i.agent_id = $1) and {open} \
-             order by i.available_at, i.scheduled_at, i.id \
+             order by i.priority, i.available_at, i.scheduled_at, i.id \
              limit least(room.room, fair.share, $3) \
              for update skip locked \
          ) c \
          where room.room > 0 \
-         order by c.available_at, c.scheduled_at, c.id"
+         order by c.priority, c.available_at, c.scheduled_at, c.id"
     );
     sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(scope.agent())
@@ -854,7 +879,7 @@ async fn take(
                  t.spec->'dispatch' as dispatch \
              from tasks t where t.id = upd.task_id offset 0 \
          ) t \
-         order by available_at, scheduled_at, id"
+         order by priority, available_at, scheduled_at, id"
     );
     sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(&ids)
@@ -963,9 +988,12 @@ pub async fn next_available_at(
     pool: &PgPool,
     agent_id: &str,
 ) -> Result<(Option<DateTime<Utc>>, DateTime<Utc>)> {
+    // One probe of the claim index per priority: its rows are ordered by priority first.
     sqlx::query_as(
-        "select (select min(available_at) from task_instance \
-                 where status = 'PENDING' and agent_id = $1), now()",
+        "select (select min(m.at) from generate_series(0, 9) as p(n) \
+                 cross join lateral (select available_at as at from task_instance \
+                     where status = 'PENDING' and agent_id = $1 and priority = p.n \
+                     order by available_at limit 1) m), now()",
     )
     .bind(agent_id)
     .fetch_one(pool)
@@ -1001,6 +1029,7 @@ mod tests {
                 room,
                 lim,
                 draws: None,
+                priority: 5,
             }
         };
         // a: room 2 of 5; p: paused (no room on its first row); b: room 0 of 1.

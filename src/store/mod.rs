@@ -237,7 +237,7 @@ pub const PENDING_BY_ID: SourceIs = SourceIs::new("(i.status || '')", Event::Cla
 
 /// SQL that is true when task `task` (an SQL expression) has a PENDING row meeting `also` (more
 /// conditions on alias `q`, or `true`): a first-row probe in the order of the task's pending
-/// index (`task_instance_task_pending_idx`). Not `exists`: PostgreSQL drops an `exists`
+/// index (`task_instance_task_pending_priority_idx`). Not `exists`: PostgreSQL drops an `exists`
 /// subquery's ORDER BY and LIMIT, and under the statistics of a fresh backlog (hundreds of
 /// PENDING rows per task) it planned `exists` through the (task, window) index or as a
 /// sequential scan, reading the task's whole history once the task has no PENDING row left.
@@ -245,7 +245,7 @@ pub fn has_pending_sql(task: &str, also: &str) -> String {
     format!(
         "((select true from task_instance q \
            where q.task_id = {task} and q.status = 'PENDING' and ({also}) \
-           order by q.available_at, q.scheduled_at, q.id limit 1) is not null)"
+           order by q.priority, q.available_at, q.scheduled_at, q.id limit 1) is not null)"
     )
 }
 

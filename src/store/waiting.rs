@@ -52,6 +52,9 @@ struct Facts {
     running: i64,
     running_ids: Vec<uuid::Uuid>,
     last_claim_at: Option<DateTime<Utc>>,
+    /// Due PENDING instances of the same agent at a more urgent priority (at most 1,000
+    /// counted).
+    more_urgent: i64,
     now: DateTime<Utc>,
 }
 
@@ -75,6 +78,9 @@ pub async fn waiting_on(
              array(select r.id from task_instance r where r.task_id = i.task_id and r.status = 'RUNNING' \
                    order by r.started_at limit 5) as running_ids, \
              (select a.last_claim_at from agent_claims a where a.agent_id = i.agent_id) as last_claim_at, \
+             (select count(*) from (select 1 from task_instance u \
+                 where u.status = 'PENDING' and u.agent_id = i.agent_id and u.priority < i.priority \
+                   and u.available_at <= now() limit 1000) x) as more_urgent, \
              now() \
          from task_instance i left join tasks t on t.id = i.task_id where i.id = $1",
         limit = super::TASK_LIMIT_SQL,
@@ -155,6 +161,19 @@ pub async fn waiting_on(
     }
     if let Some(draws) = f.draws.as_ref().map(|d| &d.0) {
         out.extend(limit_reasons(pool, draws).await?);
+    }
+    if f.more_urgent > 0 {
+        out.push(Waiting::new(
+            "priority",
+            format!(
+                "{}{} due instances of agent {} are more urgent (priority below {}) and go first",
+                f.more_urgent,
+                if f.more_urgent >= 1000 { "+" } else { "" },
+                inst.agent_id,
+                inst.priority
+            ),
+            None,
+        ));
     }
     if f.dispatch_mode.as_deref() == Some("poll") {
         let absent = chrono::Duration::from_std(agent_absent).unwrap_or(chrono::Duration::MAX);

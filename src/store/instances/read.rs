@@ -34,12 +34,13 @@ pub(in crate::store) struct InstanceRow {
     pub(in crate::store) upstream_result_digest: Option<String>,
     pub(in crate::store) created_at: DateTime<Utc>,
     pub(in crate::store) updated_at: DateTime<Utc>,
+    pub(in crate::store) priority: i16,
 }
 
 pub(in crate::store) const INSTANCE_COLUMNS: &str = "id, task_id, agent_id, window_key, scheduled_at, status, source, attempt, \
      max_attempts, available_at, lease_expires_at, worker_id, started_at, finished_at, result, \
      error, error_kind, skip_reason, upstream_instance_id, upstream_result_digest, created_at, \
-     updated_at";
+     updated_at, priority";
 
 impl TryFrom<InstanceRow> for Instance {
     type Error = Error;
@@ -66,6 +67,7 @@ impl TryFrom<InstanceRow> for Instance {
             skip_reason: r.skip_reason,
             upstream_instance_id: r.upstream_instance_id,
             upstream_result_digest: r.upstream_result_digest,
+            priority: r.priority,
             created_at: r.created_at,
             updated_at: r.updated_at,
         })

@@ -113,7 +113,7 @@ pub async fn insert_windows_at(
              insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
                  agent_id, attempt, max_attempts, available_at, skip_reason, finished_at, \
                  context_override, created_by, created_status, created_reason, created_at, \
-                 updated_at, limit_draws) \
+                 updated_at, limit_draws, priority) \
              select id, task_id, window_key, scheduled_at, status, source, agent_id, 1, \
                  max_attempts, available_at, skip_reason, \
                  case when status = 'SKIPPED' then created end, context_override, \
@@ -124,7 +124,9 @@ pub async fn insert_windows_at(
                              || coalesce(r.context_override, '{}'::jsonb)) \
                      from tasks t where t.id = r.task_id \
                        and jsonb_array_length(coalesce(t.spec->'execution'->'limits', '[]'::jsonb)) > 0) \
-                 end \
+                 end, \
+                 coalesce((select (t.spec->'execution'->>'priority')::smallint from tasks t \
+                           where t.id = r.task_id), 5) \
              from unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], \
                          $6::text[], $7::text[], $8::int[], $9::timestamptz[], $10::text[], \
                          $11::jsonb[]) \
@@ -547,12 +549,13 @@ pub(super) async fn trigger_dependents(
          ), ins as ( \
              insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
                  agent_id, max_attempts, available_at, upstream_instance_id, upstream_result_digest, \
-                 created_by, created_status, created_reason, limit_draws) \
+                 created_by, created_status, created_reason, limit_draws, priority) \
              select gen_random_uuid(), d.id, $2, $3, 'PENDING', 'dependency', d.agent_id, \
                  coalesce((d.spec->'execution'->>'max_retries')::int, 3) + 1, now(), $4, $5, \
                  'dependency', 'PENDING', $6, \
                  kairos_render_limit_draws(d.spec->'execution'->'limits', d.id, d.agent_id, \
-                     coalesce(d.spec->'context', '{}'::jsonb)) \
+                     coalesce(d.spec->'context', '{}'::jsonb)), \
+                 coalesce((d.spec->'execution'->>'priority')::smallint, 5) \
              from d \
              on conflict (task_id, window_key) do nothing \
              returning id, task_id, agent_id \
