@@ -330,9 +330,14 @@ impl Running {
     }
 }
 
-/// `kairos serve`: connect, migrate, listen, run until SIGTERM/SIGINT, stop in order.
+/// `kairos serve`: connect, migrate (or, with `migrate = false`, check that nothing is
+/// missing), listen, run until SIGTERM/SIGINT, stop in order.
 pub async fn serve(cfg: Config) -> anyhow::Result<()> {
-    connect_and_migrate(&cfg, 2).await?.close().await;
+    if cfg.migrate {
+        connect_and_migrate(&cfg, 2).await?.close().await;
+    } else {
+        check_migrated(&cfg).await?;
+    }
     let health = DbHealth::default();
     let settings = DbSettings::from_config(&cfg);
     let pool = store::connect(
@@ -391,6 +396,35 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
 pub async fn migrate(cfg: Config) -> anyhow::Result<()> {
     connect_and_migrate(&cfg, 2).await?;
     tracing::info!("migrations applied");
+    Ok(())
+}
+
+/// Refuse to serve a database that lacks a migration this release needs (without changing it).
+async fn check_migrated(cfg: &Config) -> anyhow::Result<()> {
+    let settings = DbSettings {
+        acquire_timeout: Duration::from_secs(30),
+        ..DbSettings::from_config(cfg)
+    };
+    let pool = store::connect(&cfg.database_url, 1, &settings, DbHealth::default())
+        .await
+        .with_context(|| {
+            format!(
+                "connecting to the database (database_url of {})",
+                cfg.database_url.redacted()
+            )
+        })?;
+    let missing = store::missing_migrations(&pool)
+        .await
+        .context("reading the applied migrations")?;
+    pool.close().await;
+    if let Some(first) = missing.first() {
+        anyhow::bail!(
+            "the database lacks migration {first} ({} missing in all) and migrate is off \
+             (serve --no-migrate or KAIROS_MIGRATE=false): run `kairos migrate` first",
+            missing.len()
+        );
+    }
+    tracing::info!("schema checked: every migration is applied; serving without migrating");
     Ok(())
 }
 

@@ -191,6 +191,9 @@ pub struct Config {
     pub db_keepalive_seconds: u64,
     pub loop_pass_timeout_ms: u64,
     pub agent_absent_seconds: i64,
+    /// `serve` applies pending migrations at start; false: it never changes the schema and
+    /// refuses to start on a database that lacks one of its migrations.
+    pub migrate: bool,
 }
 
 impl Default for Config {
@@ -241,6 +244,7 @@ impl Default for Config {
             db_keepalive_seconds: 5,
             loop_pass_timeout_ms: 30_000,
             agent_absent_seconds: 60,
+            migrate: true,
         }
     }
 }
@@ -404,6 +408,7 @@ impl Config {
             db_keepalive_seconds,
             loop_pass_timeout_ms,
             agent_absent_seconds,
+            migrate,
         );
         // The conventional variable wins over KAIROS_DATABASE_URL.
         set(env, "DATABASE_URL", &mut self.database_url)?;

@@ -29,7 +29,12 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the daemon: apply migrations, serve the API, run the loops (the default).
-    Serve,
+    Serve {
+        /// Never change the schema: refuse to start, naming the missing migration, when the
+        /// database is older than this release needs (as `migrate = false`).
+        #[arg(long)]
+        no_migrate: bool,
+    },
     /// Apply pending database migrations and exit.
     Migrate,
     /// Evaluate cron expressions.
@@ -85,7 +90,7 @@ enum CronCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command.unwrap_or(Command::Serve) {
+    match cli.command.unwrap_or(Command::Serve { no_migrate: false }) {
         Command::Cron {
             command:
                 CronCommand::Next {
@@ -102,9 +107,14 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut Cli::command(), "kairos", &mut std::io::stdout());
             ExitCode::SUCCESS
         }
-        cmd @ (Command::Serve | Command::Migrate) => {
+        cmd @ (Command::Serve { .. } | Command::Migrate) => {
             let cfg = match Config::load() {
-                Ok(c) => c,
+                Ok(mut c) => {
+                    if let Command::Serve { no_migrate: true } = cmd {
+                        c.migrate = false;
+                    }
+                    c
+                }
                 Err(e) => {
                     eprintln!("kairos: invalid configuration: {e}");
                     return ExitCode::from(2);

@@ -482,9 +482,35 @@ fn transient_sqlstate(code: &str) -> bool {
         )
 }
 
-/// Apply pending migrations.
+/// Apply pending migrations. A database migrated by a newer release (migrations this binary
+/// does not know) is accepted: migrations only expand the schema, so an older replica keeps
+/// working beside the newer one.
 pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
-    MIGRATOR.run(pool).await
+    let mut migrator = sqlx::migrate::Migrator::with_migrations(MIGRATOR.iter().cloned().collect());
+    migrator.set_ignore_missing(true);
+    migrator.run(pool).await
+}
+
+/// The embedded migrations this database has not applied, as `version_description`, oldest
+/// first (all of them when it has none).
+pub async fn missing_migrations(pool: &PgPool) -> Result<Vec<String>> {
+    let exists: bool = sqlx::query_scalar("select to_regclass('_sqlx_migrations') is not null")
+        .fetch_one(pool)
+        .await
+        .map_err(map_db_error)?;
+    let applied: Vec<i64> = if exists {
+        sqlx::query_scalar("select version from _sqlx_migrations where success")
+            .fetch_all(pool)
+            .await
+            .map_err(map_db_error)?
+    } else {
+        Vec::new()
+    };
+    Ok(MIGRATOR
+        .iter()
+        .filter(|m| !applied.contains(&m.version))
+        .map(|m| format!("{}_{}", m.version, m.description.replace(' ', "_")))
+        .collect())
 }
 
 /// True when every embedded migration has been applied to this database.
