@@ -68,6 +68,10 @@ fn describe_metrics() {
             "Of those, windows the trigger loop wrote ahead and published at their instant (trigger_lead_ms)",
         ),
         (
+            "kairos_debounced_triggers_total",
+            "Manual triggers taken by a debounced task's waiting instance instead of making a new one",
+        ),
+        (
             "kairos_window_conflicts_total",
             "Window inserts that found the window already there (lost to another replica or an earlier pass)",
         ),

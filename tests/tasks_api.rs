@@ -251,9 +251,12 @@ async fn task_preview_lists_upcoming_windows(pool: PgPool) {
     assert_eq!(
         body["windows"],
         json!([
-            {"scheduled_at": "2026-11-29T00:30:00Z", "window_key": "2026-11-29T00:30:00Z"},
-            {"scheduled_at": "2026-11-30T00:30:00Z", "window_key": "2026-11-30T00:30:00Z"},
-            {"scheduled_at": "2026-12-01T00:30:00Z", "window_key": "2026-12-01T00:30:00Z"},
+            {"scheduled_at": "2026-11-29T00:30:00Z", "window_key": "2026-11-29T00:30:00Z",
+             "available_at": "2026-11-29T00:30:00Z"},
+            {"scheduled_at": "2026-11-30T00:30:00Z", "window_key": "2026-11-30T00:30:00Z",
+             "available_at": "2026-11-30T00:30:00Z"},
+            {"scheduled_at": "2026-12-01T00:30:00Z", "window_key": "2026-12-01T00:30:00Z",
+             "available_at": "2026-12-01T00:30:00Z"},
         ])
     );
     app.put(

@@ -4,6 +4,7 @@
 pub mod access;
 pub mod claim;
 pub mod instance;
+pub mod jitter;
 pub mod limit;
 pub mod policy;
 pub mod retry;

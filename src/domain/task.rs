@@ -174,6 +174,14 @@ impl TriggerSpec {
         }
     }
 
+    /// Cron and interval triggers take `jitter_seconds`; the others have no schedule to spread.
+    pub fn takes_jitter(&self) -> bool {
+        matches!(
+            self,
+            TriggerSpec::Cron { .. } | TriggerSpec::Interval { .. }
+        )
+    }
+
     pub fn upstream(&self) -> Option<&TaskId> {
         match self {
             TriggerSpec::After { task, .. } => Some(task),
@@ -250,7 +258,25 @@ pub struct Execution {
     /// Shared limits the task draws on (`execution.limits`, [`super::limit`]).
     #[serde(default)]
     pub limits: Vec<super::limit::Draw>,
+    /// Manual runs without a window key coalesce while they wait (`execution.debounce`).
+    #[serde(default)]
+    pub debounce: Option<Debounce>,
 }
+
+/// `execution.debounce`: a manual trigger without a `window_key` that finds the task's
+/// debounced instance (of the same `debounce_key`) still waiting moves it to now + `seconds`,
+/// never past its first trigger + `max_wait_seconds`, instead of making another run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Debounce {
+    pub seconds: i64,
+    #[serde(default)]
+    pub max_wait_seconds: Option<i64>,
+}
+
+/// Largest `execution.debounce.seconds`: one day.
+pub const MAX_DEBOUNCE_SECONDS: i64 = 86_400;
+/// Largest `execution.debounce.max_wait_seconds`: seven days.
+pub const MAX_DEBOUNCE_WAIT_SECONDS: i64 = 7 * 86_400;
 
 /// `execution.timeout_seconds` when not given.
 pub const DEFAULT_TIMEOUT_SECONDS: i64 = 600;
@@ -279,6 +305,7 @@ impl Default for Execution {
             misfire_grace_seconds: 60,
             priority: DEFAULT_PRIORITY,
             limits: Vec::new(),
+            debounce: None,
         }
     }
 }
@@ -345,16 +372,98 @@ impl Default for CircuitBreaker {
 
 /// A validated task definition with every default filled in. Stored as JSON in `tasks.spec`;
 /// two PUTs are "the same" exactly when their `TaskSpec`s are equal.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// `jitter_seconds` is written inside the `trigger` object (`trigger.jitter_seconds`, present
+/// for cron and interval triggers only), as the API spells it.
+#[derive(Debug, Clone, PartialEq)]
 pub struct TaskSpec {
     pub id: TaskId,
     pub agent_id: String,
     pub trigger: TriggerSpec,
+    /// `trigger.jitter_seconds`: each window of a cron or interval trigger becomes claimable
+    /// up to this long after its instant ([`super::jitter`]); 0 for the other triggers.
+    pub jitter_seconds: i64,
     pub execution: Execution,
     pub dispatch: Dispatch,
     pub context: Map<String, Value>,
     pub notify: Notify,
     pub circuit_breaker: CircuitBreaker,
+}
+
+/// A trigger as it is stored and served: its own fields and, for cron and interval triggers,
+/// `jitter_seconds` beside them. Stored triggers written before jitter existed read as 0.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredTrigger {
+    #[serde(flatten)]
+    pub spec: TriggerSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_seconds: Option<i64>,
+}
+
+impl StoredTrigger {
+    fn of(spec: &TaskSpec) -> StoredTrigger {
+        StoredTrigger {
+            spec: spec.trigger.clone(),
+            jitter_seconds: spec.trigger.takes_jitter().then_some(spec.jitter_seconds),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct SpecOut<'a> {
+    id: &'a TaskId,
+    agent_id: &'a str,
+    trigger: StoredTrigger,
+    execution: &'a Execution,
+    dispatch: &'a Dispatch,
+    context: &'a Map<String, Value>,
+    notify: &'a Notify,
+    circuit_breaker: &'a CircuitBreaker,
+}
+
+#[derive(Deserialize)]
+struct SpecIn {
+    id: TaskId,
+    agent_id: String,
+    trigger: StoredTrigger,
+    execution: Execution,
+    dispatch: Dispatch,
+    context: Map<String, Value>,
+    notify: Notify,
+    circuit_breaker: CircuitBreaker,
+}
+
+impl Serialize for TaskSpec {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        SpecOut {
+            id: &self.id,
+            agent_id: &self.agent_id,
+            trigger: StoredTrigger::of(self),
+            execution: &self.execution,
+            dispatch: &self.dispatch,
+            context: &self.context,
+            notify: &self.notify,
+            circuit_breaker: &self.circuit_breaker,
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for TaskSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = SpecIn::deserialize(deserializer)?;
+        Ok(TaskSpec {
+            id: s.id,
+            agent_id: s.agent_id,
+            jitter_seconds: s.trigger.jitter_seconds.unwrap_or(0),
+            trigger: s.trigger.spec,
+            execution: s.execution,
+            dispatch: s.dispatch,
+            context: s.context,
+            notify: s.notify,
+            circuit_breaker: s.circuit_breaker,
+        })
+    }
 }
 
 /// A registered task: its spec plus the fields only kairos writes.
@@ -450,8 +559,13 @@ pub fn parse_submission(path_id: &str, body: &Value) -> Result<TaskSubmission, V
         }
     };
 
+    let mut jitter_seconds = 0;
     let trigger = match obj.get("trigger") {
-        Some(Value::Object(t)) => parse_trigger(t, &mut errs),
+        Some(Value::Object(t)) => {
+            let trigger = parse_trigger(t, &mut errs);
+            jitter_seconds = parse_jitter(t, trigger.as_ref(), &mut errs);
+            trigger
+        }
         None | Some(Value::Null) => {
             errs.push("trigger", "is required");
             None
@@ -509,6 +623,7 @@ pub fn parse_submission(path_id: &str, body: &Value) -> Result<TaskSubmission, V
                 id,
                 agent_id,
                 trigger,
+                jitter_seconds,
                 execution,
                 dispatch,
                 context,
@@ -673,6 +788,41 @@ fn join(prefix: &str, key: &str) -> String {
     }
 }
 
+/// `trigger.jitter_seconds`: 0 to [`MAX_JITTER_SECONDS`](super::jitter::MAX_JITTER_SECONDS),
+/// for cron and interval triggers only, and below an interval's `every_seconds` (a cron
+/// expression's shortest gap needs the registration's clock: [`super::jitter::check_cron_jitter`]).
+fn parse_jitter(t: &Map<String, Value>, trigger: Option<&TriggerSpec>, errs: &mut Errors) -> i64 {
+    use super::jitter::MAX_JITTER_SECONDS;
+    let kind = t.get("type").and_then(Value::as_str).unwrap_or("");
+    if t.get("jitter_seconds").is_none_or(Value::is_null) {
+        return 0;
+    }
+    if !matches!(kind, "cron" | "interval") {
+        if matches!(kind, "once" | "after" | "manual") {
+            errs.push(
+                "trigger.jitter_seconds",
+                "only cron and interval triggers take a jitter",
+            );
+        }
+        return 0;
+    }
+    let before = errs.0.len();
+    let jitter = errs.int(t, "trigger", "jitter_seconds", 0, 0, MAX_JITTER_SECONDS);
+    if errs.0.len() == before
+        && let Some(TriggerSpec::Interval { every_seconds, .. }) = trigger
+        && jitter >= *every_seconds
+    {
+        errs.push(
+            "trigger.jitter_seconds",
+            format!(
+                "must be less than every_seconds ({every_seconds}), the gap between two \
+                 windows: a window must be claimable before the next one comes"
+            ),
+        );
+    }
+    jitter
+}
+
 fn parse_trigger(t: &Map<String, Value>, errs: &mut Errors) -> Option<TriggerSpec> {
     let kind = match t.get("type") {
         Some(Value::String(s)) => s.as_str(),
@@ -687,7 +837,11 @@ fn parse_trigger(t: &Map<String, Value>, errs: &mut Errors) -> Option<TriggerSpe
     };
     match kind {
         "cron" => {
-            errs.unknown_fields("trigger", t, &["type", "expr", "timezone"]);
+            errs.unknown_fields(
+                "trigger",
+                t,
+                &["type", "expr", "timezone", "jitter_seconds"],
+            );
             let expr = match t.get("expr") {
                 Some(Value::String(s)) => s.trim().to_owned(),
                 None | Some(Value::Null) => {
@@ -716,7 +870,11 @@ fn parse_trigger(t: &Map<String, Value>, errs: &mut Errors) -> Option<TriggerSpe
             }
         }
         "interval" => {
-            errs.unknown_fields("trigger", t, &["type", "every_seconds", "start_at"]);
+            errs.unknown_fields(
+                "trigger",
+                t,
+                &["type", "every_seconds", "start_at", "jitter_seconds"],
+            );
             if t.get("every_seconds").is_none_or(Value::is_null) {
                 errs.push(
                     "trigger.every_seconds",
@@ -733,7 +891,7 @@ fn parse_trigger(t: &Map<String, Value>, errs: &mut Errors) -> Option<TriggerSpe
             })
         }
         "once" => {
-            errs.unknown_fields("trigger", t, &["type", "at"]);
+            errs.unknown_fields("trigger", t, &["type", "at", "jitter_seconds"]);
             if t.get("at").is_none_or(Value::is_null) {
                 errs.push("trigger.at", "is required for a once trigger");
                 return None;
@@ -742,7 +900,7 @@ fn parse_trigger(t: &Map<String, Value>, errs: &mut Errors) -> Option<TriggerSpe
                 .map(|at| TriggerSpec::Once { at })
         }
         "after" => {
-            errs.unknown_fields("trigger", t, &["type", "task", "on"]);
+            errs.unknown_fields("trigger", t, &["type", "task", "on", "jitter_seconds"]);
             let task = match t.get("task") {
                 Some(Value::String(s)) => match TaskId::parse(s) {
                     Ok(id) => Some(id),
@@ -770,7 +928,7 @@ fn parse_trigger(t: &Map<String, Value>, errs: &mut Errors) -> Option<TriggerSpe
             task.map(|task| TriggerSpec::After { task, on })
         }
         "manual" => {
-            errs.unknown_fields("trigger", t, &["type"]);
+            errs.unknown_fields("trigger", t, &["type", "jitter_seconds"]);
             Some(TriggerSpec::Manual)
         }
         _ => {
@@ -799,6 +957,7 @@ fn parse_execution(value: Option<&Value>, errs: &mut Errors) -> Execution {
             "misfire_grace_seconds",
             "limits",
             "priority",
+            "debounce",
         ],
     ) else {
         return d;
@@ -895,6 +1054,7 @@ fn parse_execution(value: Option<&Value>, errs: &mut Errors) -> Execution {
     };
     let limits = super::limit::parse_draws(e.get("limits"), &mut errs.0);
     let priority = errs.int(e, p, "priority", DEFAULT_PRIORITY.into(), 0, 9) as i16;
+    let debounce = parse_debounce(e.get("debounce"), errs);
     Execution {
         timeout_seconds,
         max_retries,
@@ -906,7 +1066,46 @@ fn parse_execution(value: Option<&Value>, errs: &mut Errors) -> Execution {
         misfire_grace_seconds,
         priority,
         limits,
+        debounce,
     }
+}
+
+fn parse_debounce(value: Option<&Value>, errs: &mut Errors) -> Option<Debounce> {
+    let p = "execution.debounce";
+    let d = errs.object(value, p, &["seconds", "max_wait_seconds"])?;
+    if d.get("seconds").is_none_or(Value::is_null) {
+        errs.push("execution.debounce.seconds", "is required");
+        return None;
+    }
+    let before = errs.0.len();
+    let seconds = errs.int(d, p, "seconds", 1, 1, MAX_DEBOUNCE_SECONDS);
+    let max_wait_seconds = match d.get("max_wait_seconds") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(errs.int(
+            d,
+            p,
+            "max_wait_seconds",
+            seconds,
+            1,
+            MAX_DEBOUNCE_WAIT_SECONDS,
+        )),
+    };
+    if errs.0.len() != before {
+        return None;
+    }
+    if let Some(m) = max_wait_seconds
+        && m < seconds
+    {
+        errs.push(
+            "execution.debounce.max_wait_seconds",
+            format!("must be at least seconds ({seconds})"),
+        );
+        return None;
+    }
+    Some(Debounce {
+        seconds,
+        max_wait_seconds,
+    })
 }
 
 fn parse_dispatch(value: Option<&Value>, errs: &mut Errors) -> Dispatch {
@@ -1233,6 +1432,132 @@ mod tests {
                 "execution.retry_backoff.jitter"
             ]
         );
+    }
+
+    #[test]
+    fn jitter_belongs_to_cron_and_interval_triggers_and_is_stored_inside_the_trigger() {
+        let s = parse_submission(
+            "t1",
+            &json!({"agent_id": "a", "trigger": {"type": "interval", "every_seconds": 60, "jitter_seconds": 59}}),
+        )
+        .expect("valid");
+        assert_eq!(s.spec.jitter_seconds, 59);
+        let stored = serde_json::to_value(&s.spec).expect("serialize");
+        assert_eq!(stored["trigger"]["jitter_seconds"], 59);
+        assert!(stored.get("jitter_seconds").is_none(), "{stored}");
+        let back: TaskSpec = serde_json::from_value(stored).expect("deserialize");
+        assert_eq!(back, s.spec);
+        // Cron triggers show 0 when not given; the others never show it.
+        let cron = parse_submission(
+            "t1",
+            &json!({"agent_id": "a", "trigger": {"type": "cron", "expr": "0 * * * *"}}),
+        )
+        .expect("valid");
+        assert_eq!(cron.spec.to_public_json()["trigger"]["jitter_seconds"], 0);
+        let manual = parse_submission(
+            "t1",
+            &json!({"agent_id": "a", "trigger": {"type": "manual"}}),
+        )
+        .expect("valid");
+        assert!(
+            manual.spec.to_public_json()["trigger"]
+                .get("jitter_seconds")
+                .is_none()
+        );
+        // A spec stored before jitter existed reads as none.
+        let mut old = serde_json::to_value(&cron.spec).expect("serialize");
+        old["trigger"]
+            .as_object_mut()
+            .expect("trigger")
+            .remove("jitter_seconds");
+        let old: TaskSpec = serde_json::from_value(old).expect("old spec");
+        assert_eq!(old, cron.spec);
+
+        for (trigger, field) in [
+            (
+                json!({"type": "interval", "every_seconds": 60, "jitter_seconds": 60}),
+                "trigger.jitter_seconds",
+            ),
+            (
+                json!({"type": "cron", "expr": "0 * * * *", "jitter_seconds": 3601}),
+                "trigger.jitter_seconds",
+            ),
+            (
+                json!({"type": "cron", "expr": "0 * * * *", "jitter_seconds": -1}),
+                "trigger.jitter_seconds",
+            ),
+            (
+                json!({"type": "cron", "expr": "0 * * * *", "jitter_seconds": "5"}),
+                "trigger.jitter_seconds",
+            ),
+            (
+                json!({"type": "once", "at": "2026-11-29T00:00:00Z", "jitter_seconds": 0}),
+                "trigger.jitter_seconds",
+            ),
+            (
+                json!({"type": "manual", "jitter_seconds": 5}),
+                "trigger.jitter_seconds",
+            ),
+        ] {
+            assert_eq!(
+                fields(json!({"agent_id": "a", "trigger": trigger})),
+                vec![field],
+                "{trigger}"
+            );
+        }
+    }
+
+    #[test]
+    fn debounce_needs_seconds_and_a_max_wait_not_below_them() {
+        let s = parse_submission(
+            "t1",
+            &json!({"agent_id": "a", "trigger": {"type": "manual"},
+                    "execution": {"debounce": {"seconds": 30, "max_wait_seconds": 300}}}),
+        )
+        .expect("valid");
+        assert_eq!(
+            s.spec.execution.debounce,
+            Some(Debounce {
+                seconds: 30,
+                max_wait_seconds: Some(300)
+            })
+        );
+        assert_eq!(
+            s.spec.to_public_json()["execution"]["debounce"],
+            json!({"seconds": 30, "max_wait_seconds": 300})
+        );
+        let none = parse_submission(
+            "t1",
+            &json!({"agent_id": "a", "trigger": {"type": "manual"}}),
+        )
+        .expect("valid");
+        assert_eq!(
+            none.spec.to_public_json()["execution"]["debounce"],
+            Value::Null
+        );
+        for (debounce, field) in [
+            (json!({}), "execution.debounce.seconds"),
+            (json!({"seconds": 0}), "execution.debounce.seconds"),
+            (json!({"seconds": 86_401}), "execution.debounce.seconds"),
+            (
+                json!({"seconds": 60, "max_wait_seconds": 59}),
+                "execution.debounce.max_wait_seconds",
+            ),
+            (
+                json!({"seconds": 60, "max_wait_seconds": 604_801}),
+                "execution.debounce.max_wait_seconds",
+            ),
+            (json!({"seconds": 60, "wait": 1}), "execution.debounce.wait"),
+            (json!(30), "execution.debounce"),
+        ] {
+            assert_eq!(
+                fields(
+                    json!({"agent_id": "a", "trigger": {"type": "manual"}, "execution": {"debounce": debounce}})
+                ),
+                vec![field],
+                "{debounce}"
+            );
+        }
     }
 
     #[test]

@@ -12,13 +12,16 @@ use super::extract::{body_object, int_field, string_field};
 use super::instances::instance_json;
 use crate::domain::task::Overlap;
 use crate::domain::task::{MAX_CONTEXT_BYTES, parse_timestamp};
-use crate::store::instances::{self as store_instances, Backfill, ManualTrigger, Reprocess};
+use crate::store::instances::{
+    self as store_instances, Backfill, ManualTrigger, Reprocess, Triggered,
+};
 use serde_json::{Value, json};
 
 use super::error::ApiError;
 use super::extract::{JsonBody, QueryParams, decode_cursor, encode_cursor, page_limit};
 use super::{AppState, RouteTable};
 use crate::domain::access::{Principal, redact_url};
+use crate::domain::jitter;
 use crate::domain::schedule::{CronSchedule, format_instant, window_key};
 use crate::domain::task::{FieldError, Task, parse_submission};
 use crate::store::{self, tasks as store_tasks};
@@ -31,6 +34,8 @@ pub const MAX_BACKFILL_WINDOWS: usize = 10_000;
 pub const MAX_DELAY_SECONDS: i64 = 366 * 86_400;
 /// Longest caller-chosen window key.
 pub const MAX_WINDOW_KEY_LEN: usize = 256;
+/// Longest caller-chosen debounce key.
+pub const MAX_DEBOUNCE_KEY_LEN: usize = 256;
 use crate::domain::task::MAX_REASON_LEN;
 
 pub fn routes(t: RouteTable) -> RouteTable {
@@ -337,7 +342,17 @@ async fn preview_task(
     let windows: Vec<Value> = schedule
         .upcoming(from, count as usize)
         .into_iter()
-        .map(|t| json!({"scheduled_at": format_instant(t), "window_key": window_key(t)}))
+        .map(|t| {
+            let key = window_key(t);
+            // When the window becomes claimable: its instant plus the task's jitter offset,
+            // as the trigger loop writes it.
+            let available_at = jitter::available_at(&id, &key, t, task.spec.jitter_seconds);
+            json!({
+                "scheduled_at": format_instant(t),
+                "window_key": key,
+                "available_at": format_instant(available_at),
+            })
+        })
         .collect();
     Ok(Json(json!({ "windows": windows })))
 }
@@ -457,7 +472,16 @@ async fn trigger_task(
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let m = body_object(body, &["window_key", "delay_seconds", "run_at", "context"])?;
+    let m = body_object(
+        body,
+        &[
+            "window_key",
+            "delay_seconds",
+            "run_at",
+            "context",
+            "debounce_key",
+        ],
+    )?;
     let window_key = string_field(&m, "window_key", false, MAX_WINDOW_KEY_LEN)?;
     if let Some(k) = &window_key
         && (k.is_empty() || k.chars().any(char::is_control))
@@ -466,6 +490,21 @@ async fn trigger_task(
             "window_key",
             "must be 1-256 characters without control characters",
         ));
+    }
+    let debounce_key = string_field(&m, "debounce_key", false, MAX_DEBOUNCE_KEY_LEN)?;
+    if let Some(k) = &debounce_key {
+        if k.is_empty() || k.chars().any(char::is_control) {
+            return Err(ApiError::invalid(
+                "debounce_key",
+                "must be 1-256 characters without control characters",
+            ));
+        }
+        if window_key.is_some() {
+            return Err(ApiError::invalid(
+                "debounce_key",
+                "a trigger with a window_key is not debounced: give one or the other",
+            ));
+        }
     }
     let delay_seconds = match m.get("delay_seconds") {
         None | Some(Value::Null) => None,
@@ -529,20 +568,29 @@ async fn trigger_task(
         delay_seconds,
         context,
     };
-    let (created, inst) = store_instances::trigger_instance(&state.pool, &id, &trigger, "api")
-        .await
-        .map_err(|e| not_found_task(e, &id))?;
-    if created {
-        tracing::info!(task_id = %id, window_key = %inst.window_key, instance_id = %inst.id, available_at = %format_instant(inst.available_at), "manual run created");
-    } else {
-        tracing::info!(task_id = %id, window_key = %inst.window_key, instance_id = %inst.id, reason = "window already exists", "manual run conflict");
-    }
-    let status = if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
+    let (what, inst) =
+        store_instances::trigger_run(&state.pool, &id, &trigger, debounce_key.as_deref(), "api")
+            .await
+            .map_err(|e| not_found_task(e, &id))?;
+    let status = match what {
+        Triggered::Created => {
+            tracing::info!(task_id = %id, window_key = %inst.window_key, instance_id = %inst.id, available_at = %format_instant(inst.available_at), "manual run created");
+            StatusCode::CREATED
+        }
+        Triggered::Existing => {
+            tracing::info!(task_id = %id, window_key = %inst.window_key, instance_id = %inst.id, reason = "window already exists", "manual run conflict");
+            StatusCode::OK
+        }
+        Triggered::Debounced => {
+            tracing::info!(task_id = %id, window_key = %inst.window_key, instance_id = %inst.id, available_at = %format_instant(inst.available_at), reason = "debounced", "manual run postponed");
+            StatusCode::OK
+        }
     };
-    Ok((status, Json(instance_json(&inst))).into_response())
+    let mut body = instance_json(&inst);
+    if let Some(o) = body.as_object_mut() {
+        o.insert("debounced".into(), json!(what == Triggered::Debounced));
+    }
+    Ok((status, Json(body)).into_response())
 }
 
 async fn backfill_task(

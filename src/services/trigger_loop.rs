@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Heartbeats, error_backoff, error_chain};
 use crate::domain::instance::InstanceStatus;
+use crate::domain::jitter;
 use crate::domain::policy::{Plan, SkipReason, plan_due_windows};
 use crate::domain::schedule::window_key;
 use crate::domain::task::FieldError;
@@ -442,6 +443,10 @@ impl TriggerLoop {
                     None => (InstanceStatus::Pending, None),
                     Some(r) => (InstanceStatus::Skipped, Some(r.clone())),
                 };
+                // The window keeps its instant; it becomes claimable at its jittered one
+                // (the same on every replica and in every preview).
+                let available_at =
+                    jitter::available_at(id, &key, w.scheduled_at, task.jitter_seconds);
                 rows.push(NewInstance {
                     task_id: id.to_owned(),
                     window_key: key,
@@ -450,7 +455,7 @@ impl TriggerLoop {
                     source: w.source,
                     agent_id: task.agent_id.clone(),
                     max_attempts: task.execution.max_attempts(),
-                    available_at: w.scheduled_at,
+                    available_at,
                     skip_reason: skip_reason.as_ref().map(SkipReason::as_text),
                     context_override: None,
                 });

@@ -34,7 +34,8 @@ pub struct WindowCell {
     pub status: String,
     pub attempt: i32,
     pub max_attempts: i32,
-    /// `started_at - scheduled_at` in milliseconds, when the window started.
+    /// `started_at - available_at` in milliseconds, when the window started: how long it
+    /// waited once claimable (a jittered window's offset, a retry's backoff do not count).
     pub start_lag_ms: Option<f64>,
     pub skip_reason: Option<String>,
     pub error_kind: Option<String>,
@@ -53,7 +54,7 @@ pub async fn recent_windows(
          from unnest($1::text[]) as t(id) \
          cross join lateral ( \
              select i.id, i.window_key, i.scheduled_at, i.status, i.attempt, i.max_attempts, \
-                    extract(epoch from (i.started_at - i.scheduled_at))::float8 * 1000 \
+                    extract(epoch from (i.started_at - i.available_at))::float8 * 1000 \
                         as start_lag_ms, \
                     i.skip_reason, i.error_kind \
              from task_instance i where i.task_id = t.id \
@@ -253,7 +254,7 @@ pub async fn sample(pool: &PgPool) -> Result<Option<Vec<(String, i64, bool)>>> {
          from (select scheduled_at, status, source, \
                    greatest(extract(epoch from (created_at - scheduled_at)), 0) * 1000 \
                        as fire_lag, \
-                   extract(epoch from (started_at - scheduled_at)) * 1000 as start_lag \
+                   extract(epoch from (started_at - available_at)) * 1000 as start_lag \
                from task_instance \
                where scheduled_at >= date_trunc('minute', now()) - interval '{SETTLING_MINUTES} minutes' \
                  and scheduled_at < now()) w \

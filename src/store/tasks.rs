@@ -222,6 +222,11 @@ pub async fn upsert_task(
         .await
         .map_err(map_db_error)?;
 
+    if let TriggerSpec::Cron { expr, timezone } = &spec.trigger {
+        // The shortest gap between fire times is measured from now (DST included).
+        crate::domain::jitter::check_cron_jitter(expr, timezone, spec.jitter_seconds, now)
+            .map_err(Error::Invalid)?;
+    }
     super::limits::check_draws(&mut tx, &spec.execution.limits).await?;
     let existing = lock_task(&mut tx, spec.id.as_str()).await?;
     if let Some(v) = if_match {
@@ -433,6 +438,8 @@ pub struct DueTask {
     pub id: String,
     pub agent_id: String,
     pub trigger: TriggerSpec,
+    /// `trigger.jitter_seconds` (0 when absent).
+    pub jitter_seconds: i64,
     pub execution: Execution,
     pub next_fire_at: DateTime<Utc>,
 }
@@ -517,6 +524,7 @@ pub async fn lock_due_tasks(
             Ok((trigger, execution)) => due.push(DueTask {
                 id: row.id,
                 agent_id: row.agent_id,
+                jitter_seconds: parse_jitter(row.trigger.as_deref()),
                 trigger,
                 execution,
                 next_fire_at: row.next_fire_at,
@@ -537,6 +545,20 @@ fn parse_due_parts(
     let execution = serde_json::from_str(execution.ok_or("missing field `execution`")?)
         .map_err(|e| format!("execution: {e}"))?;
     Ok((trigger, execution))
+}
+
+/// `jitter_seconds` of a stored trigger's text: 0 when absent (triggers stored before jitter
+/// existed) or unreadable (a trigger that parsed has a valid one: it was validated when written).
+fn parse_jitter(trigger: Option<&str>) -> i64 {
+    #[derive(serde::Deserialize)]
+    struct Jitter {
+        #[serde(default)]
+        jitter_seconds: Option<i64>,
+    }
+    trigger
+        .and_then(|t| serde_json::from_str::<Jitter>(t).ok())
+        .and_then(|j| j.jitter_seconds)
+        .unwrap_or(0)
 }
 
 /// How the trigger loop moves one task's cursor.

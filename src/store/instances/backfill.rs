@@ -241,7 +241,12 @@ pub async fn backfill(
                 source: Source::Backfill,
                 agent_id: spec.agent_id.clone(),
                 max_attempts: spec.execution.max_attempts(),
-                available_at: p.scheduled_at,
+                available_at: crate::domain::jitter::available_at(
+                    task_id,
+                    &window_key(p.scheduled_at),
+                    p.scheduled_at,
+                    spec.jitter_seconds,
+                ),
                 skip_reason: p.skip.as_ref().map(SkipReason::as_text),
                 context_override: None,
             })

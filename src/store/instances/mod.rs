@@ -6,7 +6,8 @@
 //! By concern: `read` (the row type and the reads), `windows` (inserting and cancelling
 //! windows: scheduled, manual and dependent), `lease` (what a lease holder does: heartbeats,
 //! completions, reported failures), `failures` (the reaper's lock, recording failed attempts,
-//! the retry scan), `operator` (operator retry and cancel), `backfill`, `retention` (pruning).
+//! the retry scan), `operator` (operator retry and cancel), `backfill`, `retention` (pruning),
+//! `debounce` (debounced manual runs).
 //! The claim is `store::claim`. Every compare-and-swap's source states come from the domain's
 //! transition table (`crate::domain::instance::legal_sources`); the decisions (what a failure
 //! becomes, which windows a backfill covers) are pure and live in `crate::domain`. Nothing here
@@ -38,6 +39,7 @@ use super::Error;
 use crate::domain::instance::InstanceStatus;
 
 mod backfill;
+mod debounce;
 mod failures;
 mod give_back;
 mod lease;
@@ -63,9 +65,9 @@ pub(in crate::store) use read::{INSTANCE_COLUMNS, InstanceRow};
 pub use read::{InstanceFilter, agents_of, get_instance, get_instance_by_window, list_instances};
 pub use retention::prune_finished;
 pub use windows::{
-    CANCEL_BATCH, Created, InsertReport, ManualTrigger, NewInstance, Unfinished,
+    CANCEL_BATCH, Created, InsertReport, ManualTrigger, NewInstance, Triggered, Unfinished,
     cancel_unfinished_between, cancel_unstarted_of_task, cancel_windows, existing_windows,
-    insert_windows, insert_windows_at, move_unstarted_to_agent, trigger_instance,
+    insert_windows, insert_windows_at, move_unstarted_to_agent, trigger_instance, trigger_run,
     unfinished_windows,
 };
 
