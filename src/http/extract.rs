@@ -270,3 +270,11 @@ pub fn lease_token_field(m: &serde_json::Map<String, Value>) -> Result<uuid::Uui
         )),
     }
 }
+
+/// An optional `priority` (0 most urgent to 9): `None` when absent or null.
+pub fn priority_field(m: &serde_json::Map<String, Value>) -> Result<Option<i16>, ApiError> {
+    match m.get("priority") {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => int_field(m, "priority", 5, 0, 9).map(|p| Some(p as i16)),
+    }
+}

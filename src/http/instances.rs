@@ -103,6 +103,7 @@ async fn list_instances(
         "agent_id",
         "status",
         "window_key",
+        "priority",
         "from",
         "to",
         "limit",
@@ -116,6 +117,10 @@ async fn list_instances(
             .map(|p| p.trim().parse::<InstanceStatus>())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|m| ApiError::invalid("status", m))?,
+    };
+    let priority = match q.str("priority") {
+        None => None,
+        Some(_) => Some(q.int("priority", 0, 0, 9)? as i16),
     };
     let from = q.timestamp("from")?;
     let to = q.timestamp("to")?;
@@ -133,6 +138,7 @@ async fn list_instances(
         window_key: q.str("window_key").map(|k| {
             crate::domain::schedule::canonical_window_key(k).unwrap_or_else(|| k.to_owned())
         }),
+        priority,
         from,
         to,
         before: q.str("cursor").map(parse_cursor).transpose()?,
@@ -352,8 +358,15 @@ async fn operator_action(
     action: OperatorAction,
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_instance_id(id)?;
-    let reason = reason_of(body, action.default_reason)?;
-    let inst = operator_move(state, id, action.retry, &reason).await?;
+    let (reason, priority) = if action.retry {
+        let m = body_object(body, &["reason", "priority"])?;
+        let reason = string_field(&m, "reason", false, MAX_REASON_LEN)?
+            .unwrap_or_else(|| action.default_reason.to_owned());
+        (reason, super::extract::priority_field(&m)?)
+    } else {
+        (reason_of(body, action.default_reason)?, None)
+    };
+    let inst = operator_move(state, id, action.retry, &reason, priority).await?;
     Ok(Json(instance_json(&inst)))
 }
 
@@ -363,9 +376,10 @@ pub(crate) async fn operator_move(
     id: Uuid,
     retry: bool,
     reason: &str,
+    priority: Option<i16>,
 ) -> Result<Instance, ApiError> {
     let done = if retry {
-        store_instances::operator_retry(&state.pool, id, "operator", reason).await
+        store_instances::operator_retry(&state.pool, id, "operator", reason, priority).await
     } else {
         store_instances::operator_cancel(&state.pool, id, "operator", reason).await
     };

@@ -480,8 +480,10 @@ async fn trigger_task(
             "run_at",
             "context",
             "debounce_key",
+            "priority",
         ],
     )?;
+    let priority = super::extract::priority_field(&m)?;
     let window_key = string_field(&m, "window_key", false, MAX_WINDOW_KEY_LEN)?;
     if let Some(k) = &window_key
         && (k.is_empty() || k.chars().any(char::is_control))
@@ -567,6 +569,7 @@ async fn trigger_task(
         run_at,
         delay_seconds,
         context,
+        priority,
     };
     let (what, inst) =
         store_instances::trigger_run(&state.pool, &id, &trigger, debounce_key.as_deref(), "api")
@@ -598,7 +601,11 @@ async fn backfill_task(
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
-    let m = body_object(body, &["from", "to", "dry_run", "overlap", "reprocess"])?;
+    let m = body_object(
+        body,
+        &["from", "to", "dry_run", "overlap", "reprocess", "priority"],
+    )?;
+    let priority = super::extract::priority_field(&m)?;
     let stamp = |key: &str| -> Result<DateTime<Utc>, ApiError> {
         match m.get(key) {
             Some(Value::String(s)) => parse_timestamp(s).ok_or_else(|| {
@@ -646,6 +653,7 @@ async fn backfill_task(
         max_windows: MAX_BACKFILL_WINDOWS,
         overlap,
         reprocess,
+        priority,
     };
     let report = run_backfill(&state, &id, &req).await?;
     let mut out = json!({

@@ -458,6 +458,7 @@ impl TriggerLoop {
                     available_at,
                     skip_reason: skip_reason.as_ref().map(SkipReason::as_text),
                     context_override: None,
+                    priority: None,
                 });
             }
             moves.push(CursorMove {

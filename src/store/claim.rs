@@ -336,7 +336,7 @@ async fn claim_dealt(
         if i.attempt == 1
             && let Some(started) = i.started_at
         {
-            let lag = (started - i.scheduled_at).num_microseconds().unwrap_or(0);
+            let lag = (started - i.available_at).num_microseconds().unwrap_or(0);
             metrics::histogram!("kairos_schedule_lag_seconds").record(lag.max(0) as f64 / 1e6);
         }
     }

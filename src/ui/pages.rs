@@ -421,6 +421,10 @@ pub async fn task_detail(
                 dl {
                     dt { "agent" } dd { (task.spec.agent_id) }
                     dt { "trigger" } dd { code { (trigger_summary(&task.spec.trigger)) } }
+                    dt { "priority" } dd #task-priority {
+                        (priority_label(task.spec.execution.priority))
+                        " " span.muted { "(0 most urgent, 9 least)" }
+                    }
                     dt { "state" } dd #task-state {
                         @if task.paused { span.badge.s-failed { "paused" } " " (task.paused_reason.as_deref().unwrap_or("")) }
                         @else { span.badge.s-success { "active" } }
@@ -557,6 +561,7 @@ fn backfill_request(form: &AdminForm, dry_run: bool) -> Result<Backfill, UiError
         max_windows: MAX_BACKFILL_WINDOWS,
         overlap,
         reprocess,
+        priority: None,
     })
 }
 
@@ -590,6 +595,7 @@ pub async fn task_action(
                 run_at: None,
                 delay_seconds: None,
                 context: None,
+                priority: None,
             };
             let (created, inst) =
                 store_instances::trigger_instance(&state.pool, &id, &trigger, "operator")
@@ -658,6 +664,7 @@ fn instance_filter(
 ) -> Result<store_instances::InstanceFilter, UiError> {
     let from = param_time(q, "from")?;
     let to = param_time(q, "to")?;
+    let priority = param_priority(q)?;
     if param(q, "window_key").is_some() && param(q, "task_id").is_none() {
         // A window key is unique per task: across tasks it has no index, and a time range
         // (scheduled from/to) answers "what ran at 08:30" on the time index instead.
@@ -672,11 +679,32 @@ fn instance_filter(
         agents_in: session.principal.readable_agents().map(<[String]>::to_vec),
         statuses,
         window_key: param(q, "window_key").map(str::to_owned),
+        priority,
         from,
         to,
         before: param(q, "cursor").map(parse_cursor).transpose()?,
         limit: PAGE + 1,
     })
+}
+
+/// The `priority` filter: 0-9, or any priority when absent, empty or `any`.
+fn param_priority(q: &HashMap<String, String>) -> Result<Option<i16>, UiError> {
+    match param(q, "priority") {
+        None | Some("any") => Ok(None),
+        Some(p) => match p.parse::<i16>() {
+            Ok(n) if (0..=9).contains(&n) => Ok(Some(n)),
+            _ => Err(UiError::bad_request(format!(
+                "priority: {p:?} is not a priority (an integer from 0, the most urgent, to 9)"
+            ))),
+        },
+    }
+}
+
+/// A priority as a small label; 0-2 (the urgent end) stand out.
+fn priority_label(p: i16) -> Markup {
+    html! {
+        span.prio.urgent[p <= 2] title="priority: 0 most urgent, 9 least" { (p) }
+    }
 }
 
 /// One page of instances and the link query of the next page, keeping the filters.
@@ -689,12 +717,19 @@ async fn instance_page(
     let next = if items.len() as i64 > PAGE {
         items.truncate(PAGE as usize);
         let cursor = items.last().map(instance_cursor);
-        let keep: Vec<(&str, Option<&str>)> =
-            ["task_id", "agent_id", "status", "window_key", "from", "to"]
-                .iter()
-                .map(|k| (*k, param(q, k)))
-                .chain([("cursor", cursor.as_deref())])
-                .collect();
+        let keep: Vec<(&str, Option<&str>)> = [
+            "task_id",
+            "agent_id",
+            "status",
+            "priority",
+            "window_key",
+            "from",
+            "to",
+        ]
+        .iter()
+        .map(|k| (*k, param(q, k)))
+        .chain([("cursor", cursor.as_deref())])
+        .collect();
         Some(query_string(&keep))
     } else {
         None
@@ -729,6 +764,16 @@ pub async fn instances(
                     }
                 }
             }
+            label { "Priority "
+                select name="priority" {
+                    option value="any" { "any" }
+                    @for p in 0..=9i16 {
+                        option value=(p) selected[filter.priority == Some(p)] {
+                            (p) @if p == 0 { " (most urgent)" } @else if p == 9 { " (least)" }
+                        }
+                    }
+                }
+            }
             label { "Window " input type="text" name="window_key" value=[param(&q, "window_key")]; }
             label { "Scheduled from " input type="text" name="from" placeholder="2026-11-29T00:00:00Z" value=[param(&q, "from")]; }
             label { "to " input type="text" name="to" placeholder="2026-11-30T00:00:00Z" value=[param(&q, "to")]; }
@@ -747,7 +792,7 @@ fn instance_table(items: &[Instance], select: bool) -> Markup {
         table.grid #instances {
             thead { tr {
                 @if select { th { input #select-all type="checkbox" title="select all" hidden; } }
-                th { "scheduled" } th { "task" } th { "window" } th { "status" } th { "attempt" } th { "worker" } th { "finished" } th { "error / reason" }
+                th { "scheduled" } th { "task" } th { "window" } th { "status" } th title="0 most urgent, 9 least" { "priority" } th { "attempt" } th { "worker" } th { "finished" } th { "error / reason" }
                 @if select { th {} }
             } }
             tbody {
@@ -758,6 +803,7 @@ fn instance_table(items: &[Instance], select: bool) -> Markup {
                         td { a href={ "/ui/tasks/" (encode(&i.task_id)) } { (i.task_id) } }
                         td { code { (i.window_key) } }
                         td { (status(i.status.as_str())) }
+                        td.priority { (priority_label(i.priority)) }
                         td { (i.attempt) "/" (i.max_attempts) }
                         td { (i.worker_id.as_deref().unwrap_or("")) }
                         td { (time_opt(i.finished_at)) }
@@ -776,7 +822,7 @@ fn instance_table(items: &[Instance], select: bool) -> Markup {
                         }
                     }
                 }
-                @if items.is_empty() { tr { td colspan="10" .muted { "No instances match." } } }
+                @if items.is_empty() { tr { td colspan="11" .muted { "No instances match." } } }
             }
         }
     }
@@ -840,6 +886,10 @@ pub async fn instance_detail(
                     dt { "task" } dd { a href={ "/ui/tasks/" (encode(&inst.task_id)) } { (inst.task_id) } }
                     dt { "window" } dd { code { (inst.window_key) } }
                     dt { "status" } dd #status { (status(inst.status.as_str())) }
+                    dt { "priority" } dd #priority {
+                        (priority_label(inst.priority)) " "
+                        a.muted href={ "/ui/instances?priority=" (inst.priority) } { "same priority →" }
+                    }
                     dt { "source" } dd { (format!("{:?}", inst.source).to_ascii_lowercase()) }
                     dt { "attempt" } dd { (inst.attempt) " of " (inst.max_attempts) }
                     dt { "scheduled" } dd { (time(inst.scheduled_at)) }
@@ -921,7 +971,7 @@ pub async fn instance_action(
             "cancelled by operator"
         },
     )?;
-    operator_move(&state, uuid, retry, &reason).await?;
+    operator_move(&state, uuid, retry, &reason, None).await?;
     let code = if retry { "retried" } else { "cancelled" };
     Ok(Redirect::to(&format!("/ui/instances/{uuid}?done={code}")).into_response())
 }
@@ -1028,7 +1078,7 @@ pub async fn dead_action(State(state): State<AppState>, form: AdminForm) -> UiRe
             failed += 1;
             continue;
         };
-        match operator_move(&state, id, retry, &reason).await {
+        match operator_move(&state, id, retry, &reason, None).await {
             Ok(_) => ok += 1,
             Err(e) if e.status().is_client_error() => {
                 tracing::info!(instance_id = %id, reason = %e.detail(), "console bulk action skipped an instance");

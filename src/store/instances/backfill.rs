@@ -9,7 +9,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
-use super::operator::OPERATOR_RETRY_SQL;
+use super::operator::operator_retry_sql;
 use super::{
     INSTANCE_COLUMNS, InstanceRow, NewInstance, cancel_unfinished_between, cancel_windows,
     insert_windows, status_names, unfinished_windows,
@@ -40,20 +40,23 @@ async fn retry_windows(
     from: &[&str],
     actor: &str,
     reason: &str,
+    priority: Option<i16>,
 ) -> Result<Vec<Instance>> {
     let rows: Vec<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "with old as ( \
              select id, status from task_instance \
              where task_id = $1 and window_key = any($5) and status = any($2) \
              order by id for update \
-         ), {OPERATOR_RETRY_SQL} \
-         select {INSTANCE_COLUMNS} from upd"
+         ), {retry} \
+         select {INSTANCE_COLUMNS} from upd",
+        retry = operator_retry_sql("$6")
     )))
     .bind(task_id)
     .bind(from)
     .bind(actor)
     .bind(reason)
     .bind(keys)
+    .bind(priority)
     .fetch_all(&mut *conn)
     .await
     .map_err(map_db_error)?;
@@ -91,6 +94,8 @@ pub struct Backfill {
     /// The overlap policy of this backfill only; the task's when `None`.
     pub overlap: Option<crate::domain::task::Overlap>,
     pub reprocess: Reprocess,
+    /// The priority of the windows it makes or retries; the task's when `None`.
+    pub priority: Option<i16>,
 }
 
 /// Materialise the schedule's windows in `[from, to)` (`source = backfill`), idempotently and
@@ -249,6 +254,7 @@ pub async fn backfill(
                 ),
                 skip_reason: p.skip.as_ref().map(SkipReason::as_text),
                 context_override: None,
+                priority: req.priority,
             })
             .collect();
         for chunk in rows.chunks(1000) {
@@ -273,6 +279,7 @@ pub async fn backfill(
                 &reprocess_from,
                 actor,
                 "backfill reprocess: operator retry",
+                req.priority,
             )
             .await?;
             for inst in &retried {

@@ -11,7 +11,6 @@
 //! then takes the key off it and inserts again, until one of the two statements answers with an
 //! instance.
 
-use serde_json::Value;
 use sqlx::PgConnection;
 use sqlx::types::Json;
 use uuid::Uuid;
@@ -82,9 +81,10 @@ pub(super) async fn debounce_trigger(
     debounce: &Debounce,
     key: &str,
     window_key: &str,
-    context: Option<&Value>,
+    trigger: &super::ManualTrigger,
     actor: &str,
 ) -> Result<(Uuid, Outcome)> {
+    let (context, priority) = (trigger.context.as_ref(), trigger.priority);
     let task_id = spec.id.as_str();
     let id = Uuid::now_v7();
     let max_wait = debounce.max_wait_seconds.map(|s| s as f64);
@@ -96,7 +96,7 @@ pub(super) async fn debounce_trigger(
             .bind(spec.execution.max_attempts())
             .bind(context.map(Json))
             .bind(actor)
-            .bind(spec.execution.priority)
+            .bind(priority.unwrap_or(spec.execution.priority))
             .bind(key)
             .bind(task_id)
             .bind(max_wait)

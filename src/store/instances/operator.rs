@@ -14,12 +14,19 @@ use crate::store::{Error, Result, map_db_error, notify_work};
 /// more attempt allowed, claimable now, for the task's current agent (it may have moved), its
 /// event by actor `$3` with reason `$4`. Follow it
 /// with `select … from upd`.
-pub(super) const OPERATOR_RETRY_SQL: &str = "upd as ( \
+/// The retry's `upd` CTE (from `old`, with `$3` the actor and `$4` the reason); `priority` is
+/// the parameter that may give the retried instance a priority of its own (null: keep its).
+pub(super) fn operator_retry_sql(priority: &str) -> String {
+    OPERATOR_RETRY_SQL.replace("{priority}", priority)
+}
+
+const OPERATOR_RETRY_SQL: &str = "upd as ( \
          update task_instance i set status = 'PENDING', attempt = i.attempt + 1, \
              max_attempts = i.max_attempts + 1, available_at = now(), finished_at = null, \
              started_at = null, worker_id = null, lease_token = null, \
              lease_expires_at = null, deadline_at = null, result = null, error = null, \
              error_kind = null, skip_reason = null, updated_at = now(), \
+             priority = coalesce({priority}::smallint, i.priority), \
              agent_id = coalesce((select t.agent_id from tasks t where t.id = i.task_id), i.agent_id), \
              limit_draws = (select kairos_render_limit_draws(t.spec->'execution'->'limits', \
                      i.task_id, t.agent_id, \
@@ -48,6 +55,7 @@ pub async fn operator_retry(
     id: Uuid,
     actor: &str,
     reason: &str,
+    priority: Option<i16>,
 ) -> Result<Instance> {
     let from = status_names(&legal_sources(Event::OperatorRetry));
     let mut tx = pool.begin().await.map_err(map_db_error)?;
@@ -68,13 +76,15 @@ pub async fn operator_retry(
              select i.id, i.status from task_instance i join tasks t on t.id = i.task_id \
              where i.id = $1 and i.status = any($2) \
              for update of i \
-         ), {OPERATOR_RETRY_SQL} \
-         select {INSTANCE_COLUMNS} from upd"
+         ), {retry} \
+         select {INSTANCE_COLUMNS} from upd",
+        retry = operator_retry_sql("$5")
     )))
     .bind(id)
     .bind(&from)
     .bind(actor)
     .bind(reason)
+    .bind(priority)
     .fetch_optional(&mut *tx)
     .await
     .map_err(map_db_error)?;

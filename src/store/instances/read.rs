@@ -94,6 +94,8 @@ pub struct InstanceFilter {
     pub agents_in: Option<Vec<String>>,
     pub statuses: Vec<InstanceStatus>,
     pub window_key: Option<String>,
+    /// Only instances of this priority (0-9).
+    pub priority: Option<i16>,
     /// `scheduled_at >= from`.
     pub from: Option<DateTime<Utc>>,
     /// `scheduled_at < to`.
@@ -156,6 +158,9 @@ fn push_instance_page(
     }
     if let Some(k) = &f.window_key {
         q.push(" and window_key = ").push_bind(k.clone());
+    }
+    if let Some(p) = f.priority {
+        q.push(" and priority = ").push_bind(p);
     }
     if let Some(from) = f.from {
         q.push(" and scheduled_at >= ").push_bind(from);

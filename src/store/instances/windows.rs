@@ -34,6 +34,8 @@ pub struct NewInstance {
     pub available_at: DateTime<Utc>,
     pub skip_reason: Option<String>,
     pub context_override: Option<Value>,
+    /// The instance's own priority; the task's `execution.priority` when `None`.
+    pub priority: Option<i16>,
 }
 
 /// One inserted row.
@@ -109,6 +111,7 @@ pub async fn insert_windows_at(
         .iter()
         .map(|r| r.context_override.as_ref().map(Json))
         .collect();
+    let priorities: Vec<Option<i16>> = rows.iter().map(|r| r.priority).collect();
     let created: Vec<Created> = sqlx::query_as(
         "with ins as ( \
              insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
@@ -126,13 +129,13 @@ pub async fn insert_windows_at(
                      from tasks t where t.id = r.task_id \
                        and jsonb_array_length(coalesce(t.spec->'execution'->'limits', '[]'::jsonb)) > 0) \
                  end, \
-                 coalesce((select (t.spec->'execution'->>'priority')::smallint from tasks t \
-                           where t.id = r.task_id), 5) \
+                 coalesce(r.priority, (select (t.spec->'execution'->>'priority')::smallint \
+                           from tasks t where t.id = r.task_id), 5) \
              from unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], \
                          $6::text[], $7::text[], $8::int[], $9::timestamptz[], $10::text[], \
-                         $11::jsonb[]) \
+                         $11::jsonb[], $14::smallint[]) \
                  as r(id, task_id, window_key, scheduled_at, status, source, agent_id, \
-                      max_attempts, available_at, skip_reason, context_override) \
+                      max_attempts, available_at, skip_reason, context_override, priority) \
              cross join (select case when $13::timestamptz is null then now() \
                                      else greatest($13, clock_timestamp()) end as created) c \
              on conflict (task_id, window_key) do nothing \
@@ -153,6 +156,7 @@ pub async fn insert_windows_at(
     .bind(&contexts)
     .bind(actor)
     .bind(created_at)
+    .bind(&priorities)
     .fetch_all(&mut *conn)
     .await
     .map_err(map_db_error)?;
@@ -601,6 +605,8 @@ pub struct ManualTrigger {
     pub delay_seconds: Option<i64>,
     /// Merged over the task's context (top-level keys) at claim time.
     pub context: Option<Value>,
+    /// The run's priority; the task's `execution.priority` when absent.
+    pub priority: Option<i16>,
 }
 
 /// What a manual trigger did ([`trigger_run`]).
@@ -679,7 +685,7 @@ pub async fn trigger_run(
                 debounce,
                 key,
                 &window_key,
-                t.context.as_ref(),
+                t,
                 actor,
             )
             .await?;
@@ -741,6 +747,7 @@ pub async fn trigger_run(
             available_at: at,
             skip_reason: None,
             context_override: t.context.clone(),
+            priority: t.priority,
         }],
         actor,
         Some(now),
