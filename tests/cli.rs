@@ -979,3 +979,87 @@ fn tempdir() -> TempDir {
     std::fs::create_dir_all(&p).expect("create temp dir");
     TempDir(p)
 }
+
+#[sqlx::test]
+async fn instances_show_and_filter_by_priority_and_a_task_shows_its_priority(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let mut ids = Vec::new();
+    for (task, priority) in [("incident_check", 0), ("nightly_summary", 8)] {
+        let (s, body) = json(
+            app.put(
+                &format!("/v1/tasks/{task}"),
+                json!({"agent_id": "agent_a", "trigger": {"type": "manual"},
+                       "execution": {"priority": priority}}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(s, 201, "{body}");
+        let (s, inst) = json(
+            app.post(&format!("/v1/tasks/{task}/trigger"), json!({}))
+                .await,
+        )
+        .await;
+        assert_eq!(s, 201, "{inst}");
+        ids.push(inst["id"].as_str().expect("id").to_owned());
+    }
+
+    let list = kairos(&app, &["instance", "list"]).await;
+    let lines: Vec<&str> = ok(&list).lines().collect();
+    assert_eq!(lines.len(), 3, "{}", list.stdout);
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "ID",
+            "TASK",
+            "WINDOW",
+            "STATUS",
+            "PRIORITY",
+            "ATTEMPT",
+            "SCHEDULED"
+        ]
+    );
+    for (id, task, priority) in [
+        (&ids[0], "incident_check", "0"),
+        (&ids[1], "nightly_summary", "8"),
+    ] {
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with(id.as_str()))
+            .unwrap_or_else(|| panic!("no line for {id}: {}", list.stdout));
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cells[1], task, "{line}");
+        assert_eq!(cells[3], "PENDING", "{line}");
+        assert_eq!(cells[4], priority, "{line}");
+    }
+
+    let urgent = kairos(&app, &["instance", "list", "--priority", "0"]).await;
+    let lines: Vec<&str> = ok(&urgent).lines().collect();
+    assert_eq!(lines.len(), 2, "{}", urgent.stdout);
+    assert!(lines[1].starts_with(&ids[0]), "{}", urgent.stdout);
+    let batch = parse(&kairos(&app, &["instance", "list", "--priority", "8", "-o", "json"]).await);
+    assert_eq!(common::item_strings(&batch, "id"), [ids[1].as_str()]);
+    let none = parse(&kairos(&app, &["instance", "list", "--priority", "3", "-o", "json"]).await);
+    assert_eq!(none["items"], json!([]));
+    // Outside 0-9 is a usage error: nothing is sent.
+    for bad in ["10", "-1", "high"] {
+        let refused = kairos(&app, &["instance", "list", &format!("--priority={bad}")]).await;
+        assert_eq!(refused.code, 2, "--priority {bad}: {}", refused.stderr);
+        assert!(refused.stderr.contains("--priority"), "{}", refused.stderr);
+    }
+
+    let shown = kairos(&app, &["instance", "get", &ids[1]]).await;
+    let line = ok(&shown)
+        .lines()
+        .find(|l| l.starts_with("priority:"))
+        .unwrap_or_else(|| panic!("no priority line: {}", shown.stdout));
+    assert_eq!(
+        line.split_whitespace().collect::<Vec<_>>(),
+        ["priority:", "8"]
+    );
+
+    let yaml = kairos(&app, &["task", "get", "incident_check"]).await;
+    let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(ok(&yaml)).expect("YAML");
+    assert_eq!(doc["execution"]["priority"], serde_yaml_ng::Value::from(0));
+}

@@ -1104,3 +1104,99 @@ async fn limits_are_held_and_released_from_the_console_by_admins_only(pool: PgPo
     assert_eq!(released.status().as_u16(), 303);
     assert!(held("openai", "").await.is_none());
 }
+
+#[sqlx::test]
+async fn priorities_show_on_the_instance_list_task_and_instance_pages_and_filter_the_list(
+    pool: PgPool,
+) {
+    let app = secured(pool).await;
+    for (id, priority) in [("incident_check", 0), ("nightly_summary", 8)] {
+        api(
+            &app,
+            reqwest::Method::PUT,
+            &format!("/v1/tasks/{id}"),
+            json!({"agent_id": "agent_a", "trigger": {"type": "manual"},
+                   "execution": {"priority": priority}}),
+        )
+        .await;
+    }
+    let urgent = api(
+        &app,
+        reqwest::Method::POST,
+        "/v1/tasks/incident_check/trigger",
+        json!({}),
+    )
+    .await["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let batch = api(
+        &app,
+        reqwest::Method::POST,
+        "/v1/tasks/nightly_summary/trigger",
+        json!({}),
+    )
+    .await["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let viewer = Browser::login(&app, VIEWER).await;
+
+    // The list has a priority column; 0-2 are marked urgent.
+    let all = viewer.page("/ui/instances").await;
+    assert!(
+        all.contains("<th title=\"0 most urgent, 9 least\">priority</th>"),
+        "{all}"
+    );
+    let urgent_row = row(&all, &format!("data-instance-id=\"{urgent}\""));
+    assert!(
+        urgent_row.contains("<td class=\"priority\"><span class=\"prio urgent\""),
+        "{urgent_row}"
+    );
+    assert!(urgent_row.contains(">0</span>"), "{urgent_row}");
+    let batch_row = row(&all, &format!("data-instance-id=\"{batch}\""));
+    assert!(batch_row.contains("<span class=\"prio\""), "{batch_row}");
+    assert!(batch_row.contains(">8</span>"), "{batch_row}");
+
+    // The priority filter: one priority, the choice kept selected; `any` is every priority.
+    let zero = viewer.page("/ui/instances?priority=0").await;
+    assert!(zero.contains(&urgent) && !zero.contains(&batch), "{zero}");
+    assert!(zero.contains("<select name=\"priority\">"), "{zero}");
+    assert!(
+        zero.contains("<option value=\"0\" selected>0 (most urgent)</option>"),
+        "{zero}"
+    );
+    let eight = viewer.page("/ui/instances?priority=8&status=PENDING").await;
+    assert!(
+        eight.contains(&batch) && !eight.contains(&urgent),
+        "{eight}"
+    );
+    let none = viewer.page("/ui/instances?priority=3").await;
+    assert!(none.contains("No instances match."), "{none}");
+    let any = viewer.page("/ui/instances?priority=any").await;
+    assert!(any.contains(&urgent) && any.contains(&batch));
+    for bad in ["10", "-1", "high"] {
+        let resp = viewer.get(&format!("/ui/instances?priority={bad}")).await;
+        assert_eq!(resp.status().as_u16(), 422, "priority={bad}");
+        assert!(resp.text().await.expect("body").contains("priority"));
+    }
+
+    // The task page and the instance page show their priority.
+    let task = viewer.page("/ui/tasks/nightly_summary").await;
+    let at = task.find("id=\"task-priority\"").expect("a priority field");
+    assert!(
+        task[at..].starts_with("id=\"task-priority\"><span class=\"prio\""),
+        "{task}"
+    );
+    assert!(task[at..].contains(">8</span>"), "{task}");
+    let inst = viewer.page(&format!("/ui/instances/{urgent}")).await;
+    let at = inst.find("id=\"priority\"").expect("a priority field");
+    assert!(
+        inst[at..].starts_with("id=\"priority\"><span class=\"prio urgent\""),
+        "{inst}"
+    );
+    assert!(
+        inst[at..].contains("href=\"/ui/instances?priority=0\""),
+        "{inst}"
+    );
+}

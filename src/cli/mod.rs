@@ -139,6 +139,9 @@ pub enum InstanceCommand {
         /// Only this window key.
         #[arg(long)]
         window: Option<String>,
+        /// Only instances of this priority (0 most urgent, 9 least).
+        #[arg(long, value_parser = clap::value_parser!(u8).range(0..=9))]
+        priority: Option<u8>,
         /// scheduled_at >= this RFC 3339 instant.
         #[arg(long)]
         from: Option<String>,
@@ -460,6 +463,7 @@ async fn instance(client: &Client, out: Output, cmd: InstanceCommand) -> Result<
             agent,
             status,
             window,
+            priority,
             from,
             to,
             limit,
@@ -471,6 +475,7 @@ async fn instance(client: &Client, out: Output, cmd: InstanceCommand) -> Result<
             push(&mut q, "agent_id", agent);
             push(&mut q, "status", status);
             push(&mut q, "window_key", window);
+            push(&mut q, "priority", priority);
             push(&mut q, "from", from);
             push(&mut q, "to", to);
             push(&mut q, "limit", limit);
@@ -488,6 +493,7 @@ async fn instance(client: &Client, out: Output, cmd: InstanceCommand) -> Result<
                     "agent_id",
                     "window_key",
                     "status",
+                    "priority",
                     "source",
                     "attempt",
                     "max_attempts",
@@ -819,13 +825,22 @@ fn print_instances(list: &[Value]) {
                 text(&i["task_id"]),
                 text(&i["window_key"]),
                 text(&i["status"]),
+                text(&i["priority"]),
                 format!("{}/{}", text(&i["attempt"]), text(&i["max_attempts"])),
                 text(&i["scheduled_at"]),
             ]
         })
         .collect();
     print_table(
-        &["ID", "TASK", "WINDOW", "STATUS", "ATTEMPT", "SCHEDULED"],
+        &[
+            "ID",
+            "TASK",
+            "WINDOW",
+            "STATUS",
+            "PRIORITY",
+            "ATTEMPT",
+            "SCHEDULED",
+        ],
         rows,
     );
 }
