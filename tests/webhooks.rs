@@ -1216,3 +1216,114 @@ async fn a_notification_occurs_at_the_database_time_of_its_transition(pool: PgPo
     }
     app.shutdown().await;
 }
+
+/// One task's backlog pushed by three replicas' dispatchers at once: every instance reaches
+/// the receiver once and is recorded SUCCESS once, under the lease token its push carried,
+/// and the task never has more RUNNING instances than its `concurrency_limit` (which is
+/// below the dispatchers' per-task and per-replica bounds here, so it is the bound that holds).
+#[sqlx::test]
+async fn a_backlog_of_one_task_is_pushed_once_each_by_several_replicas_within_its_limit(
+    pool: PgPool,
+) {
+    const N: usize = 1500;
+    const LIMIT: i64 = 40;
+    let receiver = Receiver::start(vec![Mode::Success]).await;
+    let api = TestApp::spawn(pool.clone()).await;
+    webhook_task(
+        &api,
+        "backlog",
+        &receiver.url(),
+        json!({"concurrency_limit": LIMIT, "max_retries": 3}),
+    )
+    .await;
+    common::backlog(&pool, "backlog", "hooks", N as i32, 5, 4).await;
+    let mut replicas = Vec::new();
+    for k in 0..3 {
+        let node = format!("replica{k}");
+        let mut opts = Options::api_only(node.clone());
+        let mut wh = WebhookDispatcherConfig::new(node, "");
+        wh.interval = Duration::from_millis(100);
+        assert!(wh.max_per_task > LIMIT && wh.max_in_flight as i64 > LIMIT);
+        opts.webhook = Some(wh);
+        replicas.push(TestApp::spawn_opts(pool.clone(), opts).await);
+    }
+    let most_running = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    eventually(Duration::from_secs(120), "the backlog to be pushed", || {
+        let pool = pool.clone();
+        let most_running = most_running.clone();
+        async move {
+            let (running, done): (i64, i64) = sqlx::query_as(
+                "select count(*) filter (where status = 'RUNNING'), \
+                     count(*) filter (where status = 'SUCCESS') \
+                 from task_instance where task_id = 'backlog'",
+            )
+            .fetch_one(&pool)
+            .await
+            .ok()?;
+            most_running.fetch_max(running, std::sync::atomic::Ordering::Relaxed);
+            (done == N as i64).then_some(())
+        }
+    })
+    .await;
+    for r in replicas {
+        r.shutdown().await;
+    }
+    let most_running = most_running.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        most_running <= LIMIT,
+        "{most_running} RUNNING seen, concurrency_limit {LIMIT}"
+    );
+
+    // Each instance once at the receiver, with the lease token its success is recorded under.
+    let hits = receiver.hits();
+    assert_eq!(hits.len(), N, "one push per instance");
+    let mut pushed: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    for hit in &hits {
+        let body = body_of(hit);
+        let id = body["instance"]["id"]
+            .as_str()
+            .expect("instance id")
+            .to_owned();
+        let token = body["instance"]["lease_token"]
+            .as_str()
+            .expect("lease token")
+            .to_owned();
+        assert!(
+            pushed.insert(id.clone(), token).is_none(),
+            "{id} pushed twice"
+        );
+    }
+    // (id, status, attempt, reported lease token, finished by) of every instance.
+    type Row = (uuid::Uuid, String, i32, Option<uuid::Uuid>, Option<String>);
+    let rows: Vec<Row> = sqlx::query_as(
+        "select id, status, attempt, reported_lease_token, finished_by from task_instance \
+         where task_id = 'backlog'",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("rows");
+    assert_eq!(rows.len(), N);
+    let mut pushers = std::collections::HashSet::new();
+    for (id, status, attempt, reported, finished_by) in rows {
+        assert_eq!((status.as_str(), attempt), ("SUCCESS", 1), "{id}");
+        assert_eq!(
+            reported.map(|t| t.to_string()).as_deref(),
+            pushed.get(&id.to_string()).map(String::as_str),
+            "{id} recorded under the lease its push carried"
+        );
+        pushers.insert(finished_by.unwrap_or_default());
+    }
+    assert!(
+        pushers.iter().all(|p| p.starts_with("webhook:replica")),
+        "{pushers:?}"
+    );
+    let events: i64 = sqlx::query_scalar(
+        "select count(*) from instance_events e join task_instance i on i.id = e.instance_id \
+         where i.task_id = 'backlog'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("events");
+    assert_eq!(events, 0, "no attempt left the happy path");
+    api.shutdown().await;
+}

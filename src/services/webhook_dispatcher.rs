@@ -16,6 +16,15 @@
 //! `max_in_flight` pushes run per replica and at most `max_per_task` per task, each with its
 //! own timeout, so a slow or dead endpoint holds only its own task's slots.
 //!
+//! Throughput: a claim takes as many instances as there are free slots, and the answers are
+//! recorded through the group commit, so a task's backlog moves in batches. Most of a small
+//! claim's or commit's PostgreSQL time does not depend on its size, so the per-task bound
+//! decides the cost per push: at `max_per_task` 8, one task's backlog went in claims of about
+//! four instances at about 1 ms of PostgreSQL CPU per instance (1,000 pushes/s on 2 cores);
+//! at 256, about 0.1 ms (over 5,000/s). The push's own future is kept small (its request is
+//! boxed, its body serialised from the claim's fields without a JSON tree): at thousands of
+//! pushes a second, moving large futures around showed in profiles.
+//!
 //! Every replica's dispatcher hears every agent's work notifications, and most name agents
 //! without webhook tasks. It keeps the set of agents with webhook tasks and claims only for
 //! notifications of theirs; a notification of another agent has the set read again (at most
@@ -25,7 +34,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde_json::Value;
 use sqlx::PgPool;
 use tokio::sync::{Notify, Semaphore, broadcast};
 use tokio::task::JoinSet;
@@ -103,6 +113,20 @@ pub struct WebhookDispatcher {
     group: GroupCommit,
 }
 
+/// The body of a push: the instance as its lease holder receives it, and the callback URLs.
+#[derive(serde::Serialize)]
+struct PushBody<'a> {
+    instance: claim::LeaseView<'a>,
+    callbacks: Callbacks,
+}
+
+#[derive(serde::Serialize)]
+struct Callbacks {
+    heartbeat: String,
+    complete: String,
+    fail: String,
+}
+
 /// What a push is to do, read from the claimed task's `dispatch`.
 struct Target {
     url: String,
@@ -114,7 +138,7 @@ struct Target {
 
 impl Target {
     fn of(c: &claim::Claimed) -> Option<Target> {
-        let d: Dispatch = serde_json::from_value(c.dispatch.clone()?).ok()?;
+        let d = Dispatch::deserialize(c.dispatch.as_ref()?).ok()?;
         let Dispatch::Webhook {
             url,
             secret,
@@ -227,22 +251,28 @@ impl WebhookDispatcher {
     pub async fn push(&self, c: claim::Claimed, shutdown: &CancellationToken) -> PushOutcome {
         let i = &c.instance;
         let base = self.config.public_url.trim_end_matches('/');
-        let body = json!({
-            "instance": serde_json::to_value(c.view()).unwrap_or(Value::Null),
-            "callbacks": {
-                "heartbeat": format!("{base}/v1/instances/{}/heartbeat", i.id),
-                "complete": format!("{base}/v1/instances/{}/complete", i.id),
-                "fail": format!("{base}/v1/instances/{}/fail", i.id),
+        // Serialised straight from the claim's fields: no JSON tree per push.
+        let body = PushBody {
+            instance: c.view(),
+            callbacks: Callbacks {
+                heartbeat: format!("{base}/v1/instances/{}/heartbeat", i.id),
+                complete: format!("{base}/v1/instances/{}/complete", i.id),
+                fail: format!("{base}/v1/instances/{}/fail", i.id),
             },
-        });
+        };
         let answer = match (Target::of(&c), serde_json::to_vec(&body)) {
             (None, _) => Err("the task has no webhook URL".to_owned()),
             (Some(_), Err(e)) => Err(format!("cannot encode the push: {}", error_chain(&e))),
             (Some(t), Ok(bytes)) => {
                 let headers = [("Idempotency-Key", i.idempotency_key.clone())];
-                let send = self
-                    .client
-                    .post(&t.url, &bytes, Some(&t.secret), &headers, t.wait);
+                // Boxed, as are the rare paths below: the push's own future stays small, and
+                // spawning or polling it moves little memory (it showed in profiles at 5,000
+                // pushes a second).
+                let send =
+                    Box::pin(
+                        self.client
+                            .post(&t.url, &bytes, Some(&t.secret), &headers, t.wait),
+                    );
                 tokio::select! {
                     // An answer that has arrived wins over a shutdown at the same moment: a
                     // finished push is recorded as what it was, never as failed.
@@ -255,7 +285,7 @@ impl WebhookDispatcher {
                         }
                     }),
                     _ = shutdown.cancelled() => {
-                        return self.give_back_at_shutdown(&c).await;
+                        return Box::pin(self.give_back_at_shutdown(&c)).await;
                     }
                 }
             }
@@ -334,7 +364,7 @@ impl WebhookDispatcher {
         };
         match outcome {
             Ok(()) => PushOutcome::Stale,
-            Err(reason) => self.record_failure(&c, reason, false).await,
+            Err(reason) => Box::pin(self.record_failure(&c, reason, false)).await,
         }
     }
 
@@ -607,6 +637,8 @@ fn stale(i: &crate::domain::instance::Instance, e: &store::Error) -> PushOutcome
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
