@@ -1104,8 +1104,14 @@ async fn push(
             r.text().await.unwrap_or_default()
         );
     }
-    // The pending instances and the work notification in one transaction.
-    let mut tx = db.pool.begin().await?;
+    // The pending instances and the work notification in one transaction, on a connection of
+    // its own whose backend's CPU is left out of the server's.
+    let mut inserter = db.pool.acquire().await?;
+    let inserter_pid: i32 = sqlx::query_scalar("select pg_backend_pid()")
+        .fetch_one(&mut *inserter)
+        .await?;
+    let cpu_before = push_cpu(&db.pool, server.child.id(), inserter_pid).await;
+    let mut tx = sqlx::Connection::begin(&mut *inserter).await?;
     sqlx::query(
         "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, agent_id, \
              max_attempts, available_at) \
@@ -1137,6 +1143,8 @@ async fn push(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    let cpu_after = push_cpu(&db.pool, server.child.id(), inserter_pid).await;
+    drop(inserter);
     // Let a stray second push (there must be none) reach the receiver before counting.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (first, last, span): (f64, f64, f64) = sqlx::query_as(
@@ -1186,10 +1194,11 @@ async fn push(
             "all {n} SUCCESS, first result {first:.2} s and last {last:.2} s after the due \
              commit; push latency (claim to recorded result) p50 {:.0} ms, p99 {:.0} ms; \
              receiver got {hits} pushes of {distinct} instances; exactly once: {once}; \
-             {} dispatcher claims",
+             {} dispatcher claims; {}",
             percentile(&latencies, 0.5),
             percentile(&latencies, 0.99),
-            claims.map_or_else(|| "?".to_owned(), |c| format!("{c:.0}"))
+            claims.map_or_else(|| "?".to_owned(), |c| format!("{c:.0}")),
+            cpu_after.per_push(&cpu_before, n)
         )
     } else {
         format!(
@@ -1218,6 +1227,69 @@ async fn push(
             setting("KAIROS_WEBHOOK_MAX_PER_TASK", per_task_env.clone()),
         ),
     ))
+}
+
+/// CPU seconds spent so far by the push scenario's parties: the kairos server, the
+/// PostgreSQL backends of its database (the one running `skip_pid` left out), and this process
+/// (the receiver, plus the scenario's own few looks). Read from `/proc`, so only where the
+/// database runs on this host; `None` where it cannot be read.
+#[derive(Debug, Default)]
+struct PushCpu {
+    kairos: Option<f64>,
+    postgres: std::collections::HashMap<i32, f64>,
+    bench: Option<f64>,
+}
+
+impl PushCpu {
+    /// Microseconds per pushed instance since `before`, per party.
+    fn per_push(&self, before: &PushCpu, n: i64) -> String {
+        let us = |secs: f64| secs * 1e6 / n.max(1) as f64;
+        let diff = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| us(a - b));
+        let pg: f64 = self
+            .postgres
+            .iter()
+            .map(|(pid, t)| t - before.postgres.get(pid).copied().unwrap_or(0.0))
+            .sum();
+        match (
+            diff(self.kairos, before.kairos),
+            diff(self.bench, before.bench),
+        ) {
+            (Some(k), Some(b)) if !self.postgres.is_empty() => format!(
+                "CPU per instance: kairos {k:.0} µs, PostgreSQL {:.0} µs, receiver {b:.0} µs",
+                us(pg)
+            ),
+            _ => "CPU per instance not read (no /proc, or PostgreSQL on another host)".to_owned(),
+        }
+    }
+}
+
+async fn push_cpu(pool: &PgPool, kairos_pid: u32, skip_pid: i32) -> PushCpu {
+    let pids: Vec<i32> = sqlx::query_scalar(
+        "select pid from pg_stat_activity where datname = current_database() and pid <> $1",
+    )
+    .bind(skip_pid)
+    .fetch_all(pool)
+    .await
+    .unwrap_or_default();
+    PushCpu {
+        kairos: proc_cpu_secs(&kairos_pid.to_string()),
+        postgres: pids
+            .into_iter()
+            .filter_map(|p| Some((p, proc_cpu_secs(&p.to_string())?)))
+            .collect(),
+        bench: proc_cpu_secs("self"),
+    }
+}
+
+/// User plus system CPU seconds of process `pid` (`/proc/<pid>/stat`, at 100 ticks a second).
+fn proc_cpu_secs(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (which may hold spaces) start with the state.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
 }
 
 /// A counter's value in a server's `/metrics` (summed over its labels), if it can be read.
