@@ -42,6 +42,22 @@ struct Args {
     /// Instances per claim (and per batch completion in batched mode).
     #[arg(long, default_value_t = 100)]
     claim_batch: i64,
+    /// Shared limits in the claim scenario: `none`, and/or `shared` (every instance draws on one
+    /// limit of concurrency 1000 and on a per_key limit of concurrency 50 over 100 keys); one
+    /// row each.
+    #[arg(long, value_delimiter = ',', default_value = "none")]
+    claim_limits: Vec<String>,
+    /// The concurrency of the `shared` limit of `--claim-limits shared`.
+    #[arg(long, default_value_t = 1000)]
+    claim_limit_concurrency: i64,
+    /// In the fire-lag scenario, every task draws on one shared limit of this concurrency
+    /// (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    lag_limit: i64,
+    /// In the fire-lag scenario, every task's trigger has this `jitter_seconds` (0: none); the
+    /// row then also reports the starts per second over the jitter.
+    #[arg(long, default_value_t = 0)]
+    lag_jitter: i64,
     /// How the claim→complete agents report: single (one concurrent complete request per
     /// instance) and/or batch (one POST /v1/completions per claim); one row each.
     #[arg(long, value_delimiter = ',', default_value = "single,batch")]
@@ -204,17 +220,20 @@ async fn run(args: Args) -> Result<()> {
             for mode in &args.claim_modes {
                 let batched = mode == "batch";
                 for &k in &args.agents {
-                    rows.push(
-                        claim_complete(
-                            &base,
-                            args.claim_instances,
-                            tasks,
-                            k,
-                            args.claim_batch,
-                            batched,
-                        )
-                        .await?,
-                    );
+                    for limits in &args.claim_limits {
+                        rows.push(
+                            claim_complete(
+                                &base,
+                                args.claim_instances,
+                                tasks,
+                                k,
+                                args.claim_batch,
+                                batched,
+                                (limits == "shared").then_some(args.claim_limit_concurrency),
+                            )
+                            .await?,
+                        );
+                    }
                 }
             }
         }
@@ -235,7 +254,17 @@ async fn run(args: Args) -> Result<()> {
     }
     if wants(&args, "lag") {
         for mode in &args.lag_modes {
-            rows.push(fire_lag(&base, args.lag_tasks, args.lag_minutes, mode == "single").await?);
+            rows.push(
+                fire_lag(
+                    &base,
+                    args.lag_tasks,
+                    args.lag_minutes,
+                    mode == "single",
+                    args.lag_limit,
+                    args.lag_jitter,
+                )
+                .await?,
+            );
         }
     }
     if wants(&args, "push") {
@@ -658,24 +687,45 @@ async fn trigger_staged(base: &str, n: i64) -> Result<[String; 4]> {
 }
 
 /// Insert `n` PENDING instances over `tasks` tasks of one agent.
-async fn seed_pending(pool: &PgPool, n: i64, tasks: i64) -> Result<()> {
+/// The shared limits of `--claim-limits shared`: one budget of 1000 at once that every
+/// instance draws on, and 50 at once per tenant over 100 tenants.
+async fn seed_limits(pool: &PgPool, shared: i64) -> Result<Value> {
+    sqlx::query(
+        "insert into limits (name, spec) values ('shared', $1), \
+             ('tenant', '{\"concurrency\": 50, \"per_key\": true}')",
+    )
+    .bind(json!({"concurrency": shared, "per_key": false}))
+    .execute(pool)
+    .await?;
+    Ok(json!([{"name": "shared"}, {"name": "tenant", "key": "{{params.tenant}}"}]))
+}
+
+async fn seed_pending(pool: &PgPool, n: i64, tasks: i64, limits: Option<i64>) -> Result<()> {
+    let draws = match limits {
+        Some(shared) => seed_limits(pool, shared).await?,
+        None => json!([]),
+    };
     insert_tasks(
         pool,
         tasks,
         "c",
         json!({"type": "manual"}),
-        json!({"concurrency_limit": 1000, "max_retries": 0}),
+        json!({"concurrency_limit": 1000, "max_retries": 0, "limits": draws}),
         "null",
     )
     .await?;
+    // Each instance a tenant's (g % 100), its draws rendered as the API renders them.
     sqlx::query(
         "insert into task_instance (id, task_id, window_key, scheduled_at, status, source, agent_id, \
-             max_attempts, available_at) \
-         select gen_random_uuid(), 'c' || (g % $2), 'w' || g, now(), 'PENDING', 'manual', 'bench_agent', 1, now() \
-         from generate_series(1, $1) g",
+             max_attempts, available_at, context_override, limit_draws) \
+         select gen_random_uuid(), 'c' || (g % $2), 'w' || g, now(), 'PENDING', 'manual', 'bench_agent', 1, now(), \
+             c.ctx, kairos_render_limit_draws($3::jsonb, 'c' || (g % $2), 'bench_agent', c.ctx) \
+         from generate_series(1, $1) g \
+         cross join lateral (select jsonb_build_object('params', jsonb_build_object('tenant', 't' || (g % 100))) as ctx) c",
     )
     .bind(n)
     .bind(tasks)
+    .bind(&draws)
     .execute(pool)
     .await?;
     // Statistics as autovacuum would have them in any database that has run for a minute:
@@ -885,9 +935,10 @@ async fn claim_complete(
     agents: usize,
     batch: i64,
     batched: bool,
+    limits: Option<i64>,
 ) -> Result<[String; 4]> {
     let db = BenchDb::create(base, "claim").await?;
-    seed_pending(&db.pool, n, tasks).await?;
+    seed_pending(&db.pool, n, tasks, limits).await?;
     let server = start_server(&db, &[("KAIROS_DATABASE_MAX_CONNECTIONS", "24")]).await?;
     let d = drain(
         &db.pool,
@@ -910,7 +961,13 @@ async fn claim_complete(
     let mode = if batched { "batched" } else { "single" };
     Ok(row(
         &format!(
-            "claim→complete over HTTP, {n} instances over {tasks} task(s), {agents} agent(s), {mode}"
+            "claim→complete over HTTP, {n} instances over {tasks} task(s), {agents} agent(s), {mode}{}",
+            match limits {
+                Some(shared) => format!(
+                    ", every instance on shared limits ({shared} at once; 50 per tenant, 100 tenants)"
+                ),
+                None => String::new(),
+            }
         ),
         format!("{:.0} instances/s", d.done as f64 / d.secs),
         d.detail(batch),
@@ -996,7 +1053,7 @@ async fn workers_drain(
     const BATCH: i64 = 100;
     let db = BenchDb::create(base, "workers").await?;
     let tasks = if one_agent { 1 } else { workers as i64 };
-    seed_pending(&db.pool, n, tasks).await?;
+    seed_pending(&db.pool, n, tasks, None).await?;
     sqlx::query(
         "update tasks set spec = jsonb_set(spec, '{execution,concurrency_limit}', to_jsonb($1))",
     )
@@ -1168,16 +1225,36 @@ async fn workers_drain(
     ))
 }
 
-async fn fire_lag(base: &str, n: i64, minutes: u32, single: bool) -> Result<[String; 4]> {
+async fn fire_lag(
+    base: &str,
+    n: i64,
+    minutes: u32,
+    single: bool,
+    limit: i64,
+    jitter: i64,
+) -> Result<[String; 4]> {
     let db = BenchDb::create(base, "lag").await?;
+    let execution = if limit > 0 {
+        sqlx::query("insert into limits (name, spec) values ('shared', $1)")
+            .bind(json!({"concurrency": limit, "per_key": false}))
+            .execute(&db.pool)
+            .await?;
+        json!({"limits": [{"name": "shared"}]})
+    } else {
+        json!({})
+    };
     // Second 0 of every minute, first at a minute boundary at least 15 s away (so the server
     // is up before it).
     insert_tasks(
         &db.pool,
         n,
         "l",
-        json!({"type": "cron", "expr": "0 * * * * *", "timezone": "UTC"}),
-        json!({}),
+        if jitter > 0 {
+            json!({"type": "cron", "expr": "0 * * * * *", "timezone": "UTC", "jitter_seconds": jitter})
+        } else {
+            json!({"type": "cron", "expr": "0 * * * * *", "timezone": "UTC"})
+        },
+        execution,
         "date_trunc('minute', now() + interval '15 seconds') + interval '1 minute'",
     )
     .await?;
@@ -1265,8 +1342,8 @@ async fn fire_lag(base: &str, n: i64, minutes: u32, single: bool) -> Result<[Str
     stop.store(true, Ordering::Relaxed);
     // The lag, and where it goes: the trigger writing the window, then the claim taking it.
     let (lags, made): (Vec<f64>, Vec<f64>) = sqlx::query_as(
-        "select array_agg(extract(epoch from started_at - scheduled_at)::float8 * 1000 \
-                          order by started_at - scheduled_at), \
+        "select array_agg(extract(epoch from started_at - available_at)::float8 * 1000 \
+                          order by started_at - available_at), \
                 array_agg(extract(epoch from created_at - scheduled_at)::float8 * 1000 \
                           order by created_at - scheduled_at) \
          from task_instance where started_at is not null and scheduled_at <= $1",
@@ -1286,6 +1363,21 @@ async fn fire_lag(base: &str, n: i64, minutes: u32, single: bool) -> Result<[Str
     .bind(last)
     .fetch_one(&db.pool)
     .await?;
+    // Starts per second of the first boundary, over its jitter: how evenly jitter spreads them.
+    let per_second: Vec<i64> = if jitter > 0 {
+        sqlx::query_scalar(
+            "select count(i.started_at) from generate_series(0, $2 - 1) s \
+             left join task_instance i on i.scheduled_at = $1 and i.started_at is not null \
+                 and floor(extract(epoch from i.started_at - $1))::int = s \
+             group by s order by s",
+        )
+        .bind(due)
+        .bind(i32::try_from(jitter).unwrap_or(i32::MAX))
+        .fetch_all(&db.pool)
+        .await?
+    } else {
+        Vec::new()
+    };
     for a in agents {
         let _ = tokio::time::timeout(Duration::from_secs(10), a).await;
     }
@@ -1293,7 +1385,7 @@ async fn fire_lag(base: &str, n: i64, minutes: u32, single: bool) -> Result<[Str
     db.drop_db().await?;
     let failures = failures.load(Ordering::Relaxed);
     let mut notes =
-        "started_at − scheduled_at, database clock; max_instances 100, wait_seconds 5; \
+        "started_at − available_at, database clock; max_instances 100, wait_seconds 5; \
          window written = created_at − scheduled_at (a staged window's created_at is its \
          instant, at which its transaction commits)"
             .to_owned();
@@ -1302,9 +1394,29 @@ async fn fire_lag(base: &str, n: i64, minutes: u32, single: bool) -> Result<[Str
             "; {failures} failed claim/complete requests or refused completions"
         ));
     }
+    if !per_second.is_empty() {
+        let total: i64 = per_second.iter().sum();
+        let busiest = per_second.iter().copied().max().unwrap_or(0);
+        let average = total as f64 / per_second.len() as f64;
+        notes.push_str(&format!(
+            "; starts per second over the first boundary's {jitter} s: {per_second:?} \
+             (busiest {busiest}, average {average:.0}, ratio {:.2})",
+            busiest as f64 / average.max(1.0)
+        ));
+    }
     Ok(row(
         &format!(
-            "fire lag, {n} tasks on `0 * * * * *`, {boundaries}, 8 agents long-polling, {mode}"
+            "fire lag, {n} tasks on `0 * * * * *`, {boundaries}, 8 agents long-polling, {mode}{}{}",
+            if limit > 0 {
+                format!(", every task on one shared limit of {limit} at once")
+            } else {
+                String::new()
+            },
+            if jitter > 0 {
+                format!(", jitter_seconds {jitter}")
+            } else {
+                String::new()
+            }
         ),
         format!(
             "p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
@@ -1635,7 +1747,7 @@ async fn replicas_trigger(base: &str, n: i64, k: usize) -> Result<[String; 4]> {
 
 async fn replicas_claim(base: &str, n: i64, k: usize) -> Result<[String; 4]> {
     let db = BenchDb::create(base, &format!("rclaim{k}")).await?;
-    seed_pending(&db.pool, n, 100).await?;
+    seed_pending(&db.pool, n, 100, None).await?;
     let servers = start_servers(&db, k, &[("KAIROS_DATABASE_MAX_CONNECTIONS", "24")]).await?;
     let urls: Vec<String> = servers.iter().map(|s| s.base.clone()).collect();
     let d = drain(&db.pool, &urls, 16, 100, true).await?;
