@@ -1063,3 +1063,37 @@ async fn instances_show_and_filter_by_priority_and_a_task_shows_its_priority(poo
     let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(ok(&yaml)).expect("YAML");
     assert_eq!(doc["execution"]["priority"], serde_yaml_ng::Value::from(0));
 }
+
+#[sqlx::test]
+async fn task_preview_shows_each_windows_jittered_instant_beside_its_nominal_one(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let (status, body) = json(
+        app.put(
+            "/v1/tasks/hourly",
+            json!({"agent_id": "a", "trigger": {"type": "cron", "expr": "0 * * * *",
+                   "timezone": "UTC", "jitter_seconds": 1800}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let run = kairos(&app, &["task", "preview", "hourly", "--count", "5"]).await;
+    let lines: Vec<&str> = ok(&run).lines().collect();
+    assert!(
+        lines[0].contains("SCHEDULED") && lines[0].contains("AVAILABLE"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(lines.len(), 6, "{}", run.stdout);
+    // Five windows of one task: at least one offset is not zero, and none reaches the jitter.
+    let mut moved = 0;
+    for line in &lines[1..] {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        let nominal = chrono::DateTime::parse_from_rfc3339(cells[0]).expect("scheduled");
+        let available = chrono::DateTime::parse_from_rfc3339(cells[1]).expect("available");
+        let offset = (available - nominal).num_milliseconds();
+        assert!((0..1_800_000).contains(&offset), "{line}");
+        moved += usize::from(offset > 0);
+    }
+    assert!(moved > 0, "{}", run.stdout);
+}

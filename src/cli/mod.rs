@@ -447,9 +447,15 @@ async fn task(client: &Client, out: Output, cmd: TaskCommand) -> Result<(), Erro
             } else {
                 let rows = items_of(&p, "windows")
                     .iter()
-                    .map(|w| vec![text(&w["scheduled_at"]), text(&w["window_key"])])
+                    .map(|w| {
+                        vec![
+                            text(&w["scheduled_at"]),
+                            text(&w["available_at"]),
+                            text(&w["window_key"]),
+                        ]
+                    })
                     .collect();
-                print_table(&["SCHEDULED", "WINDOW"], rows);
+                print_table(&["SCHEDULED", "AVAILABLE (JITTERED)", "WINDOW"], rows);
             }
         }
     }
