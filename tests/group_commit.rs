@@ -383,3 +383,52 @@ async fn one_blocked_heartbeat_does_not_hold_up_the_batch_it_shares(pool: PgPool
     }
     second.commit().await.expect("release");
 }
+
+/// `complete_each` (the webhook dispatcher's successes, queued in one go): each item is its own
+/// compare-and-swap with its own answer, in item order; a stale token is fenced and a result
+/// PostgreSQL refuses fails only its own item.
+#[sqlx::test]
+async fn completions_queued_together_each_get_their_own_answer(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let claimed = claimed_of(&app, &pool, "lot", 40).await;
+    let gc = GroupCommit::start(pool.clone(), 3, 1000);
+    let items: Vec<Completion> = claimed
+        .iter()
+        .enumerate()
+        .map(|(k, &(id, token))| Completion {
+            id,
+            lease_token: if k == 5 { Uuid::new_v4() } else { token },
+            result: Some(if k == 9 {
+                json!({"bad": "a\u{0}b"})
+            } else {
+                json!({"k": k})
+            }),
+            actor: Some("webhook:test".to_owned()),
+        })
+        .collect();
+    let answers = gc.complete_each(items).await;
+    assert_eq!(answers.len(), claimed.len());
+    for (k, (answer, &(id, _))) in answers.iter().zip(&claimed).enumerate() {
+        match k {
+            5 => assert!(
+                matches!(answer, Err(kairos::store::Error::Fenced { .. })),
+                "{answer:?}"
+            ),
+            9 => assert!(answer.is_err(), "a result with U+0000: {answer:?}"),
+            _ => {
+                let inst = answer.as_ref().expect("recorded");
+                assert_eq!((inst.id, inst.status.as_str()), (id, "SUCCESS"));
+                assert_eq!(inst.result, Some(json!({"k": k})));
+            }
+        }
+    }
+    let (done, running): (i64, i64) = sqlx::query_as(
+        "select count(*) filter (where status = 'SUCCESS'), \
+             count(*) filter (where status = 'RUNNING') \
+         from task_instance where task_id = 'lot'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("counts");
+    assert_eq!((done, running), (38, 2));
+}

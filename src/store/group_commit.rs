@@ -85,6 +85,34 @@ impl GroupCommit {
         self.call(|reply| Op::Fail(item, reply)).await
     }
 
+    /// Completions queued in one go, so that a committer free at the time takes them into one
+    /// transaction; each is answered on its own, as if called alone (a database failure of one
+    /// is that item's answer only), in item order.
+    pub async fn complete_each(&self, items: Vec<Completion>) -> Vec<Result<Instance>> {
+        let gone = || Error::Db(sqlx::Error::PoolClosed);
+        let mut answers = Vec::with_capacity(items.len());
+        let mut items = items.into_iter();
+        while items.len() > 0 {
+            // Room for the items first, then all of them queued back to back: a committer
+            // woken by the first finds the rest already queued.
+            let room = items.len().min(self.tx.max_capacity());
+            let Ok(permits) = self.tx.reserve_many(room).await else {
+                break;
+            };
+            for (permit, item) in permits.zip(items.by_ref()) {
+                let (reply, answer) = oneshot::channel();
+                permit.send(Op::Complete(item, reply));
+                answers.push(answer);
+            }
+        }
+        let mut out = Vec::with_capacity(answers.len() + items.len());
+        for answer in answers {
+            out.push(answer.await.unwrap_or_else(|_| Err(gone())));
+        }
+        out.extend(items.map(|_| Err(gone())));
+        out
+    }
+
     /// The items of a batch completion (`POST /v1/completions`), each queued as its own call:
     /// concurrent batches share transactions, and the per-task work of a statement is paid
     /// once for all of them. Answers come in item order. A database failure of any item fails
