@@ -1200,3 +1200,35 @@ async fn priorities_show_on_the_instance_list_task_and_instance_pages_and_filter
         "{inst}"
     );
 }
+
+#[sqlx::test]
+async fn a_jittered_task_page_shows_when_each_window_becomes_claimable(pool: PgPool) {
+    let app = secured(pool).await;
+    api(
+        &app,
+        reqwest::Method::PUT,
+        "/v1/tasks/spread",
+        json!({"agent_id": "agent_a", "trigger": {"type": "cron", "expr": "0 * * * *",
+               "timezone": "UTC", "jitter_seconds": 1800}}),
+    )
+    .await;
+    let preview = api(
+        &app,
+        reqwest::Method::GET,
+        "/v1/tasks/spread/preview?count=3",
+        Value::Null,
+    )
+    .await;
+    let admin = Browser::login(&app, ADMIN).await;
+    let page = admin.page("/ui/tasks/spread").await;
+    assert!(page.contains("claimable (jittered, UTC)"), "{page}");
+    // The console's instants are the API preview's (whole seconds on the page).
+    for w in preview["windows"].as_array().expect("windows") {
+        let at = w["available_at"].as_str().expect("available_at");
+        assert!(page.contains(&at[..19]), "{at} not on the page");
+    }
+    // A task without jitter has no such column.
+    manual_task(&app, "plain", "agent_a").await;
+    let plain = admin.page("/ui/tasks/plain").await;
+    assert!(!plain.contains("claimable (jittered"), "{plain}");
+}

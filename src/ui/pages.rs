@@ -378,16 +378,36 @@ fn annotate(c: &CronSchedule, fires: &[DateTime<Utc>]) -> Vec<(DateTime<Utc>, Op
         .collect()
 }
 
-fn fire_table(tz: Tz, fires: &[(DateTime<Utc>, Option<String>)]) -> Markup {
+/// The fire times in the zone and in UTC; with `jitter` (a task id and its
+/// `trigger.jitter_seconds` > 0), also the instant each window becomes claimable, as the trigger
+/// loop will make it (the same offset on every replica).
+fn fire_table(
+    tz: Tz,
+    fires: &[(DateTime<Utc>, Option<String>)],
+    jitter: Option<(&str, i64)>,
+) -> Markup {
+    let jitter = jitter.filter(|(_, j)| *j > 0);
     html! {
         table.grid #fire-times {
-            thead { tr { th { "#" } th { "in " (tz.name()) } th { "UTC" } th { "DST" } } }
+            thead { tr {
+                th { "#" } th { "in " (tz.name()) } th { "UTC" }
+                @if jitter.is_some() { th { "claimable (jittered, UTC)" } }
+                th { "DST" }
+            } }
             tbody {
                 @for (i, (t, note)) in fires.iter().enumerate() {
                     tr class=[note.as_ref().map(|_| "dst")] {
                         td { (i + 1) }
                         td.local { (render::zoned(*t, tz)) }
                         td { (time(*t)) }
+                        @if let Some((task_id, j)) = jitter {
+                            td.jittered { (time(crate::domain::jitter::available_at(
+                                task_id,
+                                &crate::domain::schedule::window_key(*t),
+                                *t,
+                                j,
+                            ))) }
+                        }
                         td { @if let Some(n) = note { span.dst-note { (n) } } }
                     }
                 }
@@ -440,7 +460,7 @@ pub async fn task_detail(
             section.panel {
                 h2 { "Next " (FIRES) " fire times" }
                 @if fires.is_empty() { p.muted { "This trigger has no upcoming windows of its own." } }
-                @else { (fire_table(tz, &fires)) }
+                @else { (fire_table(tz, &fires, Some((id.as_str(), task.spec.jitter_seconds)))) }
             }
         }
         section.panel {
@@ -1129,7 +1149,7 @@ pub async fn playground(
         }
         datalist #zones { @for z in ["UTC", "Asia/Shanghai", "America/New_York", "Europe/London", "Europe/Berlin", "Asia/Tokyo", "Australia/Sydney", "Australia/Lord_Howe", "America/Los_Angeles", "America/Sao_Paulo"] { option value=(z) {} } }
         @match &fires {
-            Ok(list) => { (fire_table(tz, list)) },
+            Ok(list) => { (fire_table(tz, list, None)) },
             Err((field, message)) => {
                 div.panel.error-panel #playground-error {
                     p { strong { (field_label(field)) } ": " (message) }
