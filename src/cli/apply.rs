@@ -294,7 +294,7 @@ async fn apply_limit(
     };
     let changes = registered
         .as_ref()
-        .map(|r| diff_fields(&l.body, r, "name", &LIMIT_READ_ONLY_FIELDS))
+        .map(|r| diff_fields(&l.body, r, "name", &crate::domain::limit::READ_ONLY_FIELDS))
         .unwrap_or_default();
     if dry_run {
         return Ok(match registered {
@@ -311,19 +311,6 @@ async fn apply_limit(
         Some(_) => Ok((Action::Configured, changes)),
     }
 }
-
-/// The read-only fields of a limit's view (a file saved from `limit get -o json` carries them).
-const LIMIT_READ_ONLY_FIELDS: [&str; 9] = [
-    "name",
-    "version",
-    "running",
-    "available_rate",
-    "held_until",
-    "held_reason",
-    "keys",
-    "created_at",
-    "updated_at",
-];
 
 fn refuse_limit_as_the_server_would(l: &LimitFile) -> Result<(), Error> {
     let mut errors = match crate::domain::limit::parse_limit(&l.body) {

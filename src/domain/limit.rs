@@ -141,7 +141,7 @@ fn int_in(
 
 /// The read-only fields of a limit's view, accepted and ignored in a PUT body so that a body
 /// read with `GET` can be sent back.
-pub const READ_ONLY_FIELDS: [&str; 8] = [
+pub const READ_ONLY_FIELDS: [&str; 9] = [
     "name",
     "version",
     "running",
@@ -150,6 +150,7 @@ pub const READ_ONLY_FIELDS: [&str; 8] = [
     "held_reason",
     "keys",
     "created_at",
+    "updated_at",
 ];
 
 /// Parse and validate a `PUT /v1/limits/{name}` body. Every problem is reported with its field.
@@ -159,7 +160,7 @@ pub fn parse_limit(body: &Value) -> Result<LimitSpec, Vec<FieldError>> {
     };
     let mut errs = Vec::new();
     for k in obj.keys() {
-        let known = ["concurrency", "rate", "per_key", "updated_at"];
+        let known = ["concurrency", "rate", "per_key"];
         if !known.contains(&k.as_str()) && !READ_ONLY_FIELDS.contains(&k.as_str()) {
             errs.push(err(k, "unknown field"));
         }
