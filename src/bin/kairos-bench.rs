@@ -992,12 +992,13 @@ struct WorkerRun {
     /// Instances the claims carried.
     claimed: u64,
     /// Empty answers while the agent had claimable instances: PENDING, available, of an
-    /// unpaused task with room under its `concurrency_limit`, counted when the answer arrived.
+    /// unpaused task with room under its `concurrency_limit`, at the instant the answer
+    /// arrived ([`claimable`]).
     empty_claimable: u64,
     /// The most claimable instances counted at such an answer.
     empty_max_claimable: i64,
     /// Empty answers while the agent had PENDING instances but none claimable (their tasks at
-    /// their limit when counted).
+    /// their limits at that instant).
     empty_held: u64,
     /// Claim latencies in ms (the final empty long polls excepted).
     latencies: Vec<f64>,
@@ -1005,25 +1006,36 @@ struct WorkerRun {
     last_done: Option<Instant>,
 }
 
-/// The agent's available PENDING instances, and how many of them are claimable now (each
-/// task's count capped by the room under its `concurrency_limit`, paused tasks none).
-async fn claimable(pool: &PgPool, agent: &str) -> Result<(i64, i64)> {
+/// The agent's available PENDING instances now, and how many of its instances were claimable
+/// at `at` (the instant an empty answer arrived): each task's PENDING rows then, capped by its
+/// room under its `concurrency_limit` then, paused tasks none. "Then" is rebuilt from the rows'
+/// `started_at` and `finished_at` (during a drain rows only go PENDING -> RUNNING -> SUCCESS),
+/// so completions between the answer and this count do not pass for room the claim had; the
+/// bench and PostgreSQL share the host's clock. A claim transaction that began before `at` and
+/// committed after counts as RUNNING at `at` (its rows were locked by then).
+async fn claimable(
+    pool: &PgPool,
+    agent: &str,
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<(i64, i64)> {
     Ok(sqlx::query_as(
-        "with p as ( \
-             select task_id, count(*) as n from task_instance \
-             where status = 'PENDING' and agent_id = $1 and available_at <= now() \
-             group by task_id \
-         ), r as ( \
-             select task_id, count(*) as n from task_instance \
-             where status = 'RUNNING' and task_id in (select task_id from p) group by task_id \
+        "with per as ( \
+             select task_id, \
+                 count(*) filter (where status = 'PENDING' and available_at <= now()) as pending_now, \
+                 count(*) filter (where (status = 'PENDING' and available_at <= $2) \
+                                     or started_at > $2) as pending_then, \
+                 count(*) filter (where started_at <= $2 \
+                                    and (status = 'RUNNING' or finished_at > $2)) as running_then \
+             from task_instance where agent_id = $1 group by task_id \
          ) \
-         select coalesce(sum(p.n), 0)::bigint, \
-             coalesce(sum(least(p.n, greatest(coalesce( \
-                 (t.spec->'execution'->>'concurrency_limit')::bigint, 1) - coalesce(r.n, 0), 0))) \
+         select coalesce(sum(per.pending_now), 0)::bigint, \
+             coalesce(sum(least(per.pending_then, greatest(coalesce( \
+                 (t.spec->'execution'->>'concurrency_limit')::bigint, 1) - per.running_then, 0))) \
                  filter (where not t.paused), 0)::bigint \
-         from p join tasks t on t.id = p.task_id left join r on r.task_id = p.task_id",
+         from per join tasks t on t.id = per.task_id",
     )
     .bind(agent)
+    .bind(at)
     .fetch_one(pool)
     .await?)
 }
@@ -1102,10 +1114,11 @@ async fn workers_drain(
                     .await?;
                 let ok = resp.status().is_success();
                 let body: Value = resp.json().await.unwrap_or(Value::Null);
+                let answered = chrono::Utc::now();
                 let ms = t.elapsed().as_secs_f64() * 1000.0;
                 let items = body["instances"].as_array().cloned().unwrap_or_default();
                 if items.is_empty() {
-                    let (pending, claimable) = claimable(&pool, &agent).await?;
+                    let (pending, claimable) = claimable(&pool, &agent, answered).await?;
                     if ok && pending == 0 {
                         // The agent's work is gone (rows only leave PENDING during a drain).
                         return Ok::<WorkerRun, anyhow::Error>(r);

@@ -12,10 +12,28 @@
 //! claiming alone at its turn, under its own
 //! worker, lease and actor. Replicas still claim side by side through `SKIP LOCKED`.
 //!
+//! Two rounds of one agent in flight take from the same work: each reads past the rows the
+//! other has locked, and each reserves permits the other cannot have until it commits. So a
+//! round that ran beside another can come back short although claimable work remains: what
+//! the other locked and did not take, or room under a task's limit that the other reserved and
+//! gave back. A request such a round left empty-handed is not answered `[]` (its long poll
+//! would sleep until its relook although the agent's work is claimable, since nothing new will
+//! announce it): it gets in line again, at the front, for a round that runs alone
+//! ([`AgentQueue::solo`]). That round's answer is final: a request it leaves empty-handed found
+//! nothing claimable at the time, and its long poll waits for a notification as before. On the
+//! bench machine, before this, 64 long-polling workers of one agent on one task took 5,000 of
+//! a backlog of 40,000 a second and a fifth of their claims came back `[]` with up to 1,000
+//! instances claimable (BENCHMARKS.md, "One agent's many workers").
+//!
 //! A round that read the head of its agent's work in vain (the head could not settle the fair
 //! pick, see [`HeadRead`]) makes the agent's rounds go straight to the per-task read for
-//! [`HEAD_RETRY`]; then the head is tried again. Both reads pick the same rows: the hint only
-//! saves the wasted read and the rows it locked until the commit.
+//! [`HEAD_RETRY`]; then the head is tried again, by one round of the agent at a time (the
+//! others go on with the per-task read meanwhile). Both reads pick the same rows: the hint only
+//! saves the wasted read and the rows it locked until the commit. While one task's backlog
+//! drains fast, a head read in vain is dear: on the bench machine, during a drain of 10,000
+//! instances a second, one took 250-480 ms where a round on the per-task read took 15-60 ms,
+//! and it grew with the time since the head was last read. Two rounds trying it at once held
+//! both of the agent's rounds in flight that long.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -45,6 +63,9 @@ struct Waiting {
     req: ClaimRequest,
     actor: String,
     reply: Reply,
+    /// A round beside another left it empty-handed, and it got in line again: the next round
+    /// that takes it answers it, whatever that round finds.
+    again: bool,
 }
 
 #[derive(Default)]
@@ -52,6 +73,35 @@ struct AgentQueue {
     waiting: Vec<Waiting>,
     /// Round tasks of this agent running (each takes the next rounds until nobody waits).
     running: usize,
+    /// Rounds of this agent in their transaction now.
+    in_round: usize,
+    /// Rounds of this agent begun so far (tells a round whether another began beside it).
+    begun: u64,
+    /// Requests are in line again (at the front) after a round beside another left them
+    /// empty-handed: the next round waits until no other round of the agent runs, and runs
+    /// alone.
+    solo: bool,
+    /// That round runs now: no other round begins until it ends.
+    solo_running: bool,
+}
+
+/// What an agent's rounds know about its head.
+struct HeadHint {
+    /// Until when its rounds skip the head.
+    until: Instant,
+    /// A round of the agent is reading the head now: the others skip it meanwhile.
+    trying: bool,
+}
+
+/// A round taken from an agent's line.
+struct Round {
+    requests: Vec<Waiting>,
+    /// Rounds of the agent in their transaction when it began.
+    beside: usize,
+    /// The agent's [`AgentQueue::begun`] when it began (itself counted).
+    begun: u64,
+    /// It runs alone ([`AgentQueue::solo`]).
+    solo: bool,
 }
 
 /// Per-agent claim queues of this replica; cheap to clone.
@@ -64,7 +114,7 @@ pub struct ClaimRounds {
     agents: Arc<Mutex<HashMap<String, AgentQueue>>>,
     /// Per agent: until when its rounds skip the head (kept apart from the queues, which
     /// end whenever nobody waits).
-    skip_head_until: Arc<Mutex<HashMap<String, Instant>>>,
+    skip_head_until: Arc<Mutex<HashMap<String, HeadHint>>>,
 }
 
 impl ClaimRounds {
@@ -109,30 +159,58 @@ impl ClaimRounds {
         }
     }
 
-    fn head_hints(&self) -> MutexGuard<'_, HashMap<String, Instant>> {
+    fn head_hints(&self) -> MutexGuard<'_, HashMap<String, HeadHint>> {
         // Nothing panics while the lock is held; a poisoned map is still consistent.
         self.skip_head_until
             .lock()
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether `agent`'s next round reads the head first.
+    /// Whether `agent`'s next round reads the head first: not while a skip lasts, nor while
+    /// another round of the agent reads it. A round told [`HeadRead::Try`] reports how it went
+    /// with [`Self::note_head`].
     fn head_read(&self, agent: &str) -> HeadRead {
-        match self.head_hints().get(agent) {
-            Some(until) if Instant::now() < *until => HeadRead::Skip,
-            _ => HeadRead::Try,
+        let mut hints = self.head_hints();
+        let now = Instant::now();
+        if let Some(h) = hints.get_mut(agent) {
+            if h.trying || now < h.until {
+                return HeadRead::Skip;
+            }
+            h.trying = true;
+            return HeadRead::Try;
         }
+        if hints.len() >= HEAD_HINTS_PRUNE_AT {
+            hints.retain(|_, h| h.trying || h.until > now);
+        }
+        hints.insert(
+            agent.to_owned(),
+            HeadHint {
+                until: now,
+                trying: true,
+            },
+        );
+        HeadRead::Try
     }
 
-    /// Record how `agent`'s round went: a head read in vain starts a skip.
-    fn note_head(&self, agent: &str, unsettled: bool) {
+    /// Record how `agent`'s head read went (`None`: the round failed): a read in vain starts
+    /// a skip; a read that settled the pick drops the hint.
+    fn note_head(&self, agent: &str, unsettled: Option<bool>) {
         let mut hints = self.head_hints();
-        if unsettled {
-            if hints.len() >= HEAD_HINTS_PRUNE_AT {
-                let now = Instant::now();
-                hints.retain(|_, until| *until > now);
+        match unsettled {
+            Some(false) => {
+                hints.remove(agent);
             }
-            hints.insert(agent.to_owned(), Instant::now() + HEAD_RETRY);
+            Some(true) => {
+                if let Some(h) = hints.get_mut(agent) {
+                    h.trying = false;
+                    h.until = Instant::now() + HEAD_RETRY;
+                }
+            }
+            None => {
+                if let Some(h) = hints.get_mut(agent) {
+                    h.trying = false;
+                }
+            }
         }
     }
 
@@ -158,7 +236,12 @@ impl ClaimRounds {
         let lead = {
             let mut agents = self.agents();
             let q = agents.entry(agent.clone()).or_default();
-            q.waiting.push(Waiting { req, actor, reply });
+            q.waiting.push(Waiting {
+                req,
+                actor,
+                reply,
+                again: false,
+            });
             let lead = q.running < ROUNDS_IN_FLIGHT;
             if lead {
                 q.running += 1;
@@ -174,24 +257,30 @@ impl ClaimRounds {
             .map_err(|_| Error::Db(sqlx::Error::PoolClosed))?
     }
 
-    /// Run rounds of `agent` until nobody waits.
+    /// Run rounds of `agent` until nobody waits (or until the agent's next round must run
+    /// alone while another runs: that one's task takes it).
     async fn rounds(self, agent: String) {
         while let Some(round) = self.next_round(&agent) {
-            metrics::histogram!("kairos_claim_round_requests").record(round.len() as f64);
-            self.run(&agent, round).await;
+            metrics::histogram!("kairos_claim_round_requests").record(round.requests.len() as f64);
+            let again = self.run(&agent, round).await;
+            if !again.is_empty() {
+                self.in_line_again(&agent, again);
+            }
         }
     }
 
     /// The next round's requests, oldest first, up to `max_round` instances (at least one
     /// request). Requests whose caller went away are dropped: nothing is claimed for them.
-    /// `None` (and this round task ended) when nobody waits.
-    fn next_round(&self, agent: &str) -> Option<Vec<Waiting>> {
+    /// `None` (and this round task ended) when nobody waits, or when the next round must run
+    /// alone and another round runs (its task takes the next round when it ends).
+    fn next_round(&self, agent: &str) -> Option<Round> {
         let mut agents = self.agents();
         let q = agents.get_mut(agent)?;
         q.waiting.retain(|w| !w.reply.is_closed());
-        if q.waiting.is_empty() {
+        if q.waiting.is_empty() || q.solo_running || (q.solo && q.in_round > 0) {
             q.running = q.running.saturating_sub(1);
-            if q.running == 0 {
+            if q.running == 0 && q.in_round == 0 {
+                // Nobody waits (a solo round is only ever awaited while a round runs).
                 agents.remove(agent);
             }
             return None;
@@ -206,39 +295,85 @@ impl ClaimRounds {
             total += want;
             n += 1;
         }
-        Some(q.waiting.drain(..n).collect())
+        let solo = std::mem::take(&mut q.solo);
+        let requests: Vec<Waiting> = q.waiting.drain(..n).collect();
+        q.solo_running = solo;
+        let beside = q.in_round;
+        q.in_round += 1;
+        q.begun += 1;
+        Some(Round {
+            requests,
+            beside,
+            begun: q.begun,
+            solo,
+        })
     }
 
-    async fn run(&self, agent: &str, round: Vec<Waiting>) {
+    /// The end of `round`'s transaction: whether another round of the agent ran beside it.
+    fn round_ended(&self, agent: &str, round: &Round) -> bool {
+        let mut agents = self.agents();
+        let Some(q) = agents.get_mut(agent) else {
+            return false;
+        };
+        q.in_round = q.in_round.saturating_sub(1);
+        if round.solo {
+            q.solo_running = false;
+        }
+        round.beside > 0 || q.begun > round.begun
+    }
+
+    /// Requests a round beside another left empty-handed get in line again, at the front, for
+    /// a round that runs alone.
+    fn in_line_again(&self, agent: &str, again: Vec<Waiting>) {
+        metrics::counter!("kairos_claims_in_line_again_total").increment(again.len() as u64);
+        let mut agents = self.agents();
+        let q = agents.entry(agent.to_owned()).or_default();
+        q.waiting.splice(0..0, again);
+        q.solo = true;
+    }
+
+    /// Run `round` and answer its requests, but for those to get in line again (returned).
+    async fn run(&self, agent: &str, round: Round) -> Vec<Waiting> {
         let reqs: Vec<(ClaimRequest, String)> = round
+            .requests
             .iter()
             .map(|w| (w.req.clone(), w.actor.clone()))
             .collect();
         let head = self.head_read(agent);
-        match claim_round(&self.pool, &reqs, head).await {
+        let result = claim_round(&self.pool, &reqs, head).await;
+        let beside = self.round_ended(agent, &round);
+        if head == HeadRead::Try {
+            self.note_head(agent, result.as_ref().ok().map(|r| r.head_unsettled));
+        }
+        let mut again = Vec::new();
+        match result {
             Ok(r) => {
-                self.note_head(agent, r.head_unsettled);
                 let outcome = match (head, r.head_unsettled) {
                     (HeadRead::Skip, _) => "skipped",
                     (HeadRead::Try, true) => "unsettled",
                     (HeadRead::Try, false) => "settled",
                 };
                 metrics::counter!("kairos_claim_head_total", "outcome" => outcome).increment(1);
-                for (w, list) in round.into_iter().zip(r.claimed) {
+                for (mut w, list) in round.requests.into_iter().zip(r.claimed) {
+                    if list.is_empty() && beside && !w.again {
+                        w.again = true;
+                        again.push(w);
+                        continue;
+                    }
                     if let Err(Ok(unsent)) = w.reply.send(Ok(list)) {
                         self.give_back_undelivered(&w.req, unsent).await;
                     }
                 }
             }
-            Err(e) if round.len() == 1 => {
-                if let Some(w) = round.into_iter().next() {
+            Err(e) if round.requests.len() == 1 => {
+                if let Some(w) = round.requests.into_iter().next() {
                     let _ = w.reply.send(Err(e));
                 }
             }
             Err(e) => {
                 // Each request alone, so one request's error is its own.
-                tracing::warn!(error = %e, requests = round.len(), "a shared claim failed; claiming for each request alone");
-                for w in round {
+                tracing::warn!(error = %e, requests = round.requests.len(), "a shared claim failed; claiming for each request alone");
+                for w in round.requests {
                     let one = [(w.req.clone(), w.actor.clone())];
                     let answer = claim_many(&self.pool, &one)
                         .await
@@ -249,5 +384,6 @@ impl ClaimRounds {
                 }
             }
         }
+        again
     }
 }
