@@ -11,11 +11,7 @@
 -- operator retry) can never collide with a newer instance of its key.
 --
 -- The column is nullable without a default (no table rewrite); rows written by the previous
--- release, which never writes it, are simply not debounced. The index is new and partial (no
--- existing row qualifies, and it stays as small as the number of debounce keys in use), but
--- building it reads the table once under a lock that holds writes back, since migrations run in
--- a transaction (no CONCURRENTLY). It cannot be left out or built later: the coalescing of
--- concurrent triggers is this uniqueness.
+-- release, which never writes it, are simply not debounced. The unique index that makes
+-- concurrent triggers coalesce is built without blocking writes, by
+-- 20261203000013_debounce_index.sql.
 alter table task_instance add column debounce_key text;
-create unique index task_instance_debounce_idx on task_instance (task_id, debounce_key)
-    where debounce_key is not null;

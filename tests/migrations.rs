@@ -155,3 +155,105 @@ async fn a_database_migrated_by_a_newer_release_is_served(pool: PgPool) {
     assert!(serves(&db, &["serve", "--no-migrate"], &[]).await);
     close_sessions(&pool).await;
 }
+
+#[sqlx::test(migrations = false)]
+async fn replicas_migrating_at_once_apply_each_migration_once_and_build_indexes_concurrently(
+    pool: PgPool,
+) {
+    let db = database_url(&pool).await;
+    // Four processes at once: one applies, the others poll the lock meanwhile. A waiter that
+    // held a snapshot (a blocking lock call) would deadlock with CREATE INDEX CONCURRENTLY.
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            kairos(&db, &["migrate"], &[])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn kairos migrate")
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("kairos migrate");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(
+        applied(&pool).await,
+        kairos::store::MIGRATOR.iter().count() as i64,
+        "each migration applied once"
+    );
+    let valid: bool = sqlx::query_scalar(
+        "select indisvalid from pg_index where indexrelid = 'task_instance_debounce_idx'::regclass",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("the debounce index exists");
+    assert!(valid, "the concurrently built index is valid");
+}
+
+#[sqlx::test(migrations = false)]
+async fn the_migration_lock_is_the_one_every_release_takes(pool: PgPool) {
+    let database: String = sqlx::query_scalar("select current_database()")
+        .fetch_one(&pool)
+        .await
+        .expect("database name");
+    let key = kairos::store::migration_lock_key(&database);
+    let mut holder = pool.acquire().await.expect("connection");
+    sqlx::query("select pg_advisory_lock($1)")
+        .bind(key)
+        .execute(&mut *holder)
+        .await
+        .expect("lock");
+    // sqlx's own migrator (how the previous release locked) waits for that lock, on a
+    // connection of its own that is ended afterwards (its lock call would otherwise go on
+    // waiting in the server, and take the lock later)...
+    let db = database_url(&pool).await;
+    let mut other = {
+        use sqlx::Connection;
+        sqlx::PgConnection::connect(&db).await.expect("connect")
+    };
+    let other_pid: i32 = sqlx::query_scalar("select pg_backend_pid()")
+        .fetch_one(&mut other)
+        .await
+        .expect("pid");
+    let blocked = tokio::time::timeout(
+        Duration::from_secs(2),
+        kairos::store::MIGRATOR.run(&mut other),
+    )
+    .await;
+    assert!(
+        blocked.is_err(),
+        "sqlx's migrator did not wait for kairos's lock"
+    );
+    drop(other);
+    sqlx::query("select pg_terminate_backend($1)")
+        .bind(other_pid)
+        .execute(&pool)
+        .await
+        .expect("end the waiting session");
+    // ...and so does `kairos migrate`, until the lock is given back.
+    let mut child = kairos(&db, &["migrate"], &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn kairos migrate");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        child.try_wait().expect("child status").is_none(),
+        "kairos migrate ran while another process held the migration lock"
+    );
+    sqlx::query("select pg_advisory_unlock($1)")
+        .bind(key)
+        .execute(&mut *holder)
+        .await
+        .expect("unlock");
+    let status = child.wait().expect("kairos migrate");
+    assert!(status.success());
+    assert_eq!(
+        applied(&pool).await,
+        kairos::store::MIGRATOR.iter().count() as i64
+    );
+}

@@ -485,10 +485,55 @@ fn transient_sqlstate(code: &str) -> bool {
 /// Apply pending migrations. A database migrated by a newer release (migrations this binary
 /// does not know) is accepted: migrations only expand the schema, so an older replica keeps
 /// working beside the newer one.
+///
+/// Replicas starting at once apply each migration exactly once: they take the migrator's
+/// session advisory lock (the key sqlx's migrator uses, so releases that lock the sqlx way
+/// exclude this one too), but by polling `pg_try_advisory_lock` rather than waiting in
+/// `pg_advisory_lock`. A waiting statement holds a snapshot, and `CREATE INDEX CONCURRENTLY`
+/// (20261203000013_debounce_index.sql) waits for every older snapshot to end: a replica
+/// waiting for the lock while another builds an index concurrently would deadlock with it.
+/// The lock lives on a connection of its own, closed at the end, which releases the lock
+/// whatever happened.
 pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    use sqlx::Connection;
     let mut migrator = sqlx::migrate::Migrator::with_migrations(MIGRATOR.iter().cloned().collect());
     migrator.set_ignore_missing(true);
-    migrator.run(pool).await
+    migrator.set_locking(false);
+    let mut conn = pool.acquire().await?.detach();
+    let database: String = sqlx::query_scalar("select current_database()")
+        .fetch_one(&mut conn)
+        .await?;
+    let key = migration_lock_key(&database);
+    let mut said = false;
+    loop {
+        let got: bool = sqlx::query_scalar("select pg_try_advisory_lock($1)")
+            .bind(key)
+            .fetch_one(&mut conn)
+            .await?;
+        if got {
+            break;
+        }
+        if !said {
+            tracing::info!(
+                database,
+                "another process is applying migrations; waiting for it to finish"
+            );
+            said = true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    let applied = migrator.run(&mut conn).await;
+    let closed = conn.close().await;
+    applied?;
+    closed?;
+    Ok(())
+}
+
+/// The key of the migrator's advisory lock for `database`: sqlx's (a CRC-32 of the name times
+/// a constant), so every release of kairos, whichever way it locks, takes the same lock.
+pub fn migration_lock_key(database: &str) -> i64 {
+    const CRC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
+    0x3d32_ad9e * i64::from(CRC.checksum(database.as_bytes()))
 }
 
 /// The embedded migrations this database has not applied, as `version_description`, oldest

@@ -40,7 +40,12 @@ def test_task_calls_round_trip_through_the_api(kairos: Kairos) -> None:
         )
         task = c.put_task(spec)
         assert task.id == "daily_report_001"
-        assert task.trigger == {"type": "cron", "expr": "0 30 8 * * *", "timezone": "Asia/Shanghai"}
+        assert task.trigger == {
+            "type": "cron",
+            "expr": "0 30 8 * * *",
+            "timezone": "Asia/Shanghai",
+            "jitter_seconds": 0,  # the server's default, filled in
+        }
         assert task.execution["max_retries"] == 2
         assert task.execution["retry_backoff"]["base_seconds"] == 5
         assert task.execution["concurrency_limit"] == 1  # the server's default, filled in
