@@ -278,3 +278,19 @@ pub fn priority_field(m: &serde_json::Map<String, Value>) -> Result<Option<i16>,
         Some(_) => int_field(m, "priority", 5, 0, 9).map(|p| Some(p as i16)),
     }
 }
+
+/// The W3C trace context of a request (`traceparent`, `tracestate`): `None` when absent or
+/// invalid. An invalid one is ignored, never refused (docs/tracing.md).
+pub fn trace_context(
+    headers: &axum::http::HeaderMap,
+) -> Option<crate::domain::trace::TraceContext> {
+    let parent = headers.get("traceparent")?.to_str().ok()?;
+    // Several `tracestate` headers are one list.
+    let states: Vec<&str> = headers
+        .get_all("tracestate")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    let state = (!states.is_empty()).then(|| states.join(","));
+    crate::domain::trace::TraceContext::parse(parent, state.as_deref())
+}

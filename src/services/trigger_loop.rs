@@ -22,6 +22,7 @@ use crate::domain::jitter;
 use crate::domain::policy::{Plan, SkipReason, plan_due_windows};
 use crate::domain::schedule::window_key;
 use crate::domain::task::FieldError;
+use crate::otel::Spans;
 use crate::store::instances::{
     InsertReport, NewInstance, Unfinished, cancel_unfinished_between, cancel_windows,
     existing_windows, insert_windows_at, unfinished_windows,
@@ -128,7 +129,15 @@ impl Batch {
 
     /// Count, log and measure the batch once its transaction has committed, from the rows
     /// that really were written.
-    fn published(&mut self) {
+    fn published(&mut self, spans: &Spans) {
+        if spans.is_on() {
+            let now = chrono::Utc::now();
+            for c in &self.inserted.created {
+                if c.status == InstanceStatus::Pending.as_str() {
+                    spans.window(c.id, &c.task_id, &c.window_key, c.trace().as_ref(), now);
+                }
+            }
+        }
         let report = &mut self.report;
         for r in self.inserted.written(&self.rows) {
             if r.status != InstanceStatus::Skipped {
@@ -181,6 +190,7 @@ pub struct TriggerLoop {
     pool: PgPool,
     config: TriggerLoopConfig,
     heartbeats: Heartbeats,
+    spans: Spans,
 }
 
 impl TriggerLoop {
@@ -189,7 +199,14 @@ impl TriggerLoop {
             pool,
             config,
             heartbeats,
+            spans: Spans::off(),
         }
+    }
+
+    /// Record a window span for every window materialised.
+    pub fn with_spans(mut self, spans: Spans) -> Self {
+        self.spans = spans;
+        self
     }
 
     /// Materialise every due window, batch after batch, until a short batch.
@@ -222,7 +239,7 @@ impl TriggerLoop {
         let mut tx = crate::store::begin_hot(&self.pool).await?;
         let mut batch = self.materialise(&mut tx, None, &[]).await?;
         tx.commit().await.map_err(map_db_error)?;
-        batch.published();
+        batch.published(&self.spans);
         Ok((batch.report, batch.full))
     }
 
@@ -295,7 +312,7 @@ impl TriggerLoop {
         }
         let mut report = TriggerReport::default();
         for mut batch in staged {
-            batch.published();
+            batch.published(&self.spans);
             report.add(&batch.report);
         }
         metrics::counter!("kairos_windows_staged_total").increment(report.num_created as u64);
@@ -459,6 +476,7 @@ impl TriggerLoop {
                     skip_reason: skip_reason.as_ref().map(SkipReason::as_text),
                     context_override: None,
                     priority: None,
+                    trace: None,
                 });
             }
             moves.push(CursorMove {

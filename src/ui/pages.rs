@@ -616,11 +616,21 @@ pub async fn task_action(
                 delay_seconds: None,
                 context: None,
                 priority: None,
+                trace: None,
             };
             let (created, inst) =
                 store_instances::trigger_instance(&state.pool, &id, &trigger, "operator")
                     .await
                     .map_err(|e| not_found_task(e, &id))?;
+            if created {
+                state.spans.window(
+                    inst.id,
+                    &inst.task_id,
+                    &inst.window_key,
+                    inst.trace.as_ref(),
+                    inst.created_at,
+                );
+            }
             tracing::info!(task_id = %id, window_key = %inst.window_key, instance_id = %inst.id, created, "manual run (console)");
             Ok(back(if created { "triggered" } else { "exists" }))
         }
