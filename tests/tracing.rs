@@ -612,3 +612,47 @@ async fn with_no_otel_endpoint_nothing_is_exported_and_no_exporter_runs(pool: Pg
     kairos.shutdown().await;
     assert!(collector.spans().is_empty(), "{:?}", collector.spans());
 }
+
+#[sqlx::test]
+async fn a_reaped_attempt_ends_in_a_reap_span_under_its_claim(pool: PgPool) {
+    let (collector, addr) = Collector::start().await;
+    let mut opts = Options::api_only("trace-5");
+    let mut reaper = kairos::services::timeout_reaper::TimeoutReaperConfig::new("trace-5");
+    reaper.interval = Duration::from_millis(200);
+    opts.reaper = Some(reaper);
+    let kairos = Kairos::start(&pool, opts, Some(addr)).await;
+    let (status, body) = kairos
+        .put(
+            "/v1/tasks/abandoned",
+            &[],
+            json!({"agent_id": "r", "trigger": {"type": "manual"}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = kairos
+        .post("/v1/tasks/abandoned/trigger", &[], json!({}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    // A one-second lease, never renewed: the reaper ends the attempt.
+    let (status, body) = kairos
+        .post(
+            "/v1/claims",
+            &[],
+            json!({"agent_id": "r", "worker_id": "gone", "lease_seconds": 1}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let claimed = &body["instances"][0];
+    let (_, trace_id, claim_span, _) = parts(claimed["traceparent"].as_str().expect("tp"));
+    let spans = collector
+        .wait_for(&trace_id, &["kairos.window", "kairos.claim", "kairos.reap"])
+        .await;
+    let reap = one(&spans, "kairos.reap");
+    assert_eq!(reap.parent.as_deref(), Some(claim_span.as_str()));
+    assert_eq!(
+        reap.attrs["kairos.instance_id"],
+        claimed["id"].as_str().unwrap_or("")
+    );
+    assert_eq!(reap.attrs["kairos.status"], "FAILED");
+    kairos.shutdown().await;
+}
