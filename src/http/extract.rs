@@ -294,3 +294,22 @@ pub fn trace_context(
     let state = (!states.is_empty()).then(|| states.join(","));
     crate::domain::trace::TraceContext::parse(parent, state.as_deref())
 }
+
+/// The caller's span for the spans kairos exports (a report's `traceparent`): read only when
+/// spans are exported, so a report costs nothing more when they are not.
+pub struct CallerSpan(pub Option<crate::domain::trace::TraceContext>);
+
+impl FromRequestParts<super::AppState> for CallerSpan {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &super::AppState,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(CallerSpan(if state.spans.is_on() {
+            trace_context(&parts.headers)
+        } else {
+            None
+        }))
+    }
+}

@@ -4,7 +4,6 @@ use std::collections::HashMap;
 
 use axum::Json;
 use axum::extract::{Extension, Path, State};
-use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -13,8 +12,8 @@ use uuid::Uuid;
 use super::auth::check_instance_agent;
 use super::error::ApiError;
 use super::extract::{
-    JsonBody, QueryParams, body_object, decode_cursor, encode_cursor, int_field, lease_token_field,
-    page_limit, string_field, trace_context,
+    CallerSpan, JsonBody, QueryParams, body_object, decode_cursor, encode_cursor, int_field,
+    lease_token_field, page_limit, string_field,
 };
 use super::{AppState, RouteTable};
 use crate::domain::access::Principal;
@@ -198,10 +197,11 @@ async fn complete(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    CallerSpan(caller): CallerSpan,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Instance>, ApiError> {
-    let started = Utc::now();
+    // Read only when spans are exported: a report costs nothing more otherwise.
+    let started = state.spans.is_on().then(Utc::now);
     let id = parse_instance_id(&id)?;
     scoped_lease_holder(&state, &principal, id).await?;
     let m = body_object(body, &["lease_token", "result"])?;
@@ -232,8 +232,8 @@ async fn complete(
             SpanKind::Server,
             &inst,
             token,
-            trace_context(&headers).as_ref(),
-            started,
+            caller.as_ref(),
+            started.unwrap_or_else(Utc::now),
             Utc::now(),
             None,
         );
@@ -266,10 +266,11 @@ async fn fail(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    CallerSpan(caller): CallerSpan,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Instance>, ApiError> {
-    let started = Utc::now();
+    // Read only when spans are exported: a report costs nothing more otherwise.
+    let started = state.spans.is_on().then(Utc::now);
     let id = parse_instance_id(&id)?;
     scoped_lease_holder(&state, &principal, id).await?;
     let m = body_object(
@@ -356,8 +357,8 @@ async fn fail(
             SpanKind::Server,
             &inst,
             token,
-            trace_context(&headers).as_ref(),
-            started,
+            caller.as_ref(),
+            started.unwrap_or_else(Utc::now),
             Utc::now(),
             Some(inst.error.clone().unwrap_or_default()),
         );
@@ -481,16 +482,11 @@ enum BatchItem {
 async fn complete_batch(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
-    headers: HeaderMap,
+    CallerSpan(trace): CallerSpan,
     JsonBody(body): JsonBody,
 ) -> Result<Json<BatchBody>, ApiError> {
-    let started = Utc::now();
-    // One request's context: the parent of the completions of its trace.
-    let trace = if state.spans.is_on() {
-        trace_context(&headers)
-    } else {
-        None
-    };
+    // Read only when spans are exported: a report costs nothing more otherwise.
+    let started = state.spans.is_on().then(Utc::now);
     let m = body_object(body, &["completions"])?;
     let Some(Value::Array(list)) = m.get("completions") else {
         return Err(ApiError::invalid(
@@ -601,7 +597,7 @@ async fn complete_batch(
                     instance,
                     token,
                     parent.or(trace.as_ref()),
-                    started,
+                    started.unwrap_or_else(Utc::now),
                     Utc::now(),
                     None,
                 );
