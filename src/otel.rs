@@ -43,6 +43,9 @@ pub struct Span {
     pub start: DateTime<Utc>,
     pub end: DateTime<Utc>,
     pub attributes: Vec<(&'static str, Attr)>,
+    /// Spans of other traces this one is linked to (a window's link to the context its task
+    /// was defined under).
+    pub links: Vec<TraceContext>,
     /// `Some(message)`: the span ended in error.
     pub error: Option<String>,
 }
@@ -106,13 +109,16 @@ impl Spans {
         }
     }
 
-    /// The window span of a newly materialised instance.
+    /// The window span of a newly materialised instance, created under the trigger context
+    /// `trace` (if any), linked to `task_trace`, the context its task was defined under (if
+    /// any).
     pub fn window(
         &self,
         instance_id: Uuid,
         task_id: &str,
         window_key: &str,
         trace: Option<&TraceContext>,
+        task_trace: Option<&TraceContext>,
         at: DateTime<Utc>,
     ) {
         if !self.is_on() {
@@ -129,6 +135,7 @@ impl Spans {
             start: at,
             end: at,
             attributes: window_attrs(instance_id, task_id, window_key),
+            links: task_trace.into_iter().cloned().collect(),
             error: None,
         });
     }
@@ -159,6 +166,7 @@ impl Spans {
             start,
             end,
             attributes,
+            links: Vec::new(),
             error: None,
         });
     }
@@ -227,6 +235,7 @@ impl Spans {
             start: start.min(end),
             end,
             attributes,
+            links: Vec::new(),
             error,
         });
     }
@@ -281,6 +290,20 @@ fn span_json(s: &Span) -> Value {
         if let Some(ts) = &s.trace_state {
             o.insert("traceState".into(), json!(ts));
         }
+        if !s.links.is_empty() {
+            o.insert(
+                "links".into(),
+                s.links.iter().map(link_json).collect::<Vec<_>>().into(),
+            );
+        }
+    }
+    v
+}
+
+fn link_json(c: &TraceContext) -> Value {
+    let mut v = json!({ "traceId": hex(&c.trace_id), "spanId": hex(&c.span_id) });
+    if let (Some(o), Some(ts)) = (v.as_object_mut(), &c.state) {
+        o.insert("traceState".into(), json!(ts));
     }
     v
 }
@@ -323,6 +346,12 @@ mod tests {
                 ("kairos.task_id", Attr::Str("t".into())),
                 ("kairos.attempt", Attr::Int(2)),
             ],
+            links: vec![TraceContext {
+                trace_id: [0xcd; 16],
+                span_id: [0x03; 8],
+                flags: 1,
+                state: Some("k=v".into()),
+            }],
             error: Some("boom".into()),
         };
         let v = export_request(&[span], "n1");
@@ -339,20 +368,24 @@ mod tests {
         assert_eq!(s["kind"], json!(2));
         assert_eq!(s["attributes"][1]["value"], json!({"intValue": "2"}));
         assert_eq!(s["status"], json!({"code": 2, "message": "boom"}));
+        assert_eq!(
+            s["links"],
+            json!([{"traceId": "cd".repeat(16), "spanId": "0303030303030303", "traceState": "k=v"}])
+        );
     }
 
     #[test]
     fn an_off_handle_records_nothing() {
         let spans = Spans::off();
         assert!(!spans.is_on());
-        spans.window(Uuid::from_u128(1), "t", "k", None, Utc::now());
+        spans.window(Uuid::from_u128(1), "t", "k", None, None, Utc::now());
     }
 
     #[test]
     fn a_full_queue_drops_instead_of_waiting() {
         let (spans, mut q) = Spans::queue(1);
-        spans.window(Uuid::from_u128(1), "t", "k", None, Utc::now());
-        spans.window(Uuid::from_u128(2), "t", "k", None, Utc::now());
+        spans.window(Uuid::from_u128(1), "t", "k", None, None, Utc::now());
+        spans.window(Uuid::from_u128(2), "t", "k", None, None, Utc::now());
         assert!(q.rx.try_recv().is_ok());
         assert!(q.rx.try_recv().is_err(), "the second span was dropped");
     }

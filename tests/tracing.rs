@@ -32,6 +32,8 @@ struct Got {
     attrs: HashMap<String, String>,
     service: String,
     start_ns: u128,
+    /// `(traceId, spanId, traceState)` of each span link.
+    links: Vec<(String, String, Option<String>)>,
 }
 
 /// What an OTLP/HTTP receiver got: every span, and every request's content type.
@@ -86,6 +88,18 @@ fn decode(body: &Value) -> Vec<Got> {
                         .as_str()
                         .and_then(|n| n.parse().ok())
                         .unwrap_or(0),
+                    links: s["links"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|l| {
+                            (
+                                l["traceId"].as_str().unwrap_or_default().to_owned(),
+                                l["spanId"].as_str().unwrap_or_default().to_owned(),
+                                l["traceState"].as_str().map(str::to_owned),
+                            )
+                        })
+                        .collect(),
                 });
             }
         }
@@ -439,6 +453,7 @@ async fn a_triggers_traceparent_keeps_its_trace_and_an_invalid_one_is_ignored(po
         Some("00f067aa0ba902b7"),
         "the window continues the trigger's span"
     );
+    assert!(window.links.is_empty(), "the task has no context to link");
     assert_eq!(
         one(&spans, "kairos.claim").parent.as_deref(),
         Some(window.span_id.as_str())
@@ -465,30 +480,87 @@ async fn a_triggers_traceparent_keeps_its_trace_and_an_invalid_one_is_ignored(po
     assert_eq!(trace_id, hex_id(claimed["id"].as_str().expect("id")));
     assert!(claimed.get("tracestate").is_none(), "{claimed}");
 
-    // A task defined under a traceparent: its scheduled windows continue that trace.
+    kairos.shutdown().await;
+}
+
+#[sqlx::test]
+async fn a_task_defined_under_a_traceparent_has_a_new_trace_per_window_linked_to_it(pool: PgPool) {
+    let (collector, addr) = Collector::start().await;
+    let kairos = Kairos::start(&pool, with_trigger_loop("trace-5"), Some(addr)).await;
     let definer = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-    let now = kairos::store::now(&pool).await.expect("now");
-    let at = kairos::domain::schedule::window_key(now);
     let (status, body) = kairos
         .put(
             "/v1/tasks/defined",
-            &[("traceparent", definer)],
-            json!({"agent_id": "c", "trigger": {"type": "once", "at": at}}),
+            &[("traceparent", definer), ("tracestate", "reg=1")],
+            json!({"agent_id": "c", "trigger": {"type": "interval", "every_seconds": 1}}),
         )
         .await;
     assert_eq!(status, 201, "{body}");
-    let report = kairos::services::trigger_loop::TriggerLoop::new(
-        pool.clone(),
-        TriggerLoopConfig::new("hand"),
-        kairos::services::Heartbeats::default(),
-    )
-    .run_once()
-    .await
-    .expect("trigger pass");
-    assert_eq!(report.num_created, 1, "{report:?}");
-    let claimed = kairos.claim_one("c").await;
-    let (_, trace_id, _, _) = parts(claimed["traceparent"].as_str().expect("tp"));
-    assert_eq!(trace_id, "0af7651916cd43dd8448eb211c80319c", "{claimed}");
+    let link = (
+        "0af7651916cd43dd8448eb211c80319c".to_owned(),
+        "b7ad6b7169203331".to_owned(),
+        Some("reg=1".to_owned()),
+    );
+
+    // Two scheduled windows: each a trace of its own (named by its instance id), each window
+    // span a root linked to the definition's span.
+    let mut traces = Vec::new();
+    for _ in 0..2 {
+        let claimed = kairos.claim_one("c").await;
+        let id = claimed["id"].as_str().expect("id");
+        let (_, trace_id, _, _) = parts(claimed["traceparent"].as_str().expect("tp"));
+        assert_eq!(trace_id, hex_id(id), "a new trace per window: {claimed}");
+        assert!(claimed.get("tracestate").is_none(), "{claimed}");
+        let spans = collector.wait_for(&trace_id, &["kairos.window"]).await;
+        let window = one(&spans, "kairos.window");
+        assert_eq!(window.parent, None, "the window is its trace's root");
+        assert_eq!(window.links, vec![link.clone()], "{window:?}");
+        let (status, body) = kairos
+            .post(
+                &format!("/v1/instances/{id}/complete"),
+                &[],
+                json!({"lease_token": claimed["lease_token"]}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        traces.push(trace_id);
+    }
+    assert_ne!(traces[0], traces[1], "every window is a trace of its own");
+    assert!(
+        collector
+            .of_trace("0af7651916cd43dd8448eb211c80319c")
+            .is_empty(),
+        "no window continues the definition's trace"
+    );
+
+    // A manual trigger without a traceparent is a new trace too, linked the same way; one with
+    // a traceparent continues the caller's trace and still links to the definition.
+    kairos
+        .put(
+            "/v1/tasks/defined",
+            &[("traceparent", definer), ("tracestate", "reg=1")],
+            json!({"agent_id": "c", "trigger": {"type": "manual"}}),
+        )
+        .await;
+    for header in [
+        None,
+        Some("00-11112222333344445555666677778888-00f067aa0ba902b7-01"),
+    ] {
+        let headers: Vec<(&str, &str)> = header.map(|h| ("traceparent", h)).into_iter().collect();
+        let (status, body) = kairos
+            .post("/v1/tasks/defined/trigger", &headers, json!({}))
+            .await;
+        assert_eq!(status, 201, "{body}");
+        let id = body["id"].as_str().expect("id");
+        let trace_id = match header {
+            None => hex_id(id),
+            Some(_) => "11112222333344445555666677778888".to_owned(),
+        };
+        let spans = collector.wait_for(&trace_id, &["kairos.window"]).await;
+        let window = one(&spans, "kairos.window");
+        assert_eq!(window.attrs["kairos.instance_id"], id, "{window:?}");
+        assert_eq!(window.links, vec![link.clone()], "{window:?}");
+    }
     kairos.shutdown().await;
 }
 

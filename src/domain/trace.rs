@@ -3,10 +3,12 @@
 //! A window's trace is fixed by what kairos already stores, so a scheduled window costs nothing
 //! to trace:
 //! - **Trace id**: the trace id of the context the window was created under (a `traceparent`
-//!   on the manual trigger, else the one stored with the task), else the instance id itself (a
-//!   UUID is 128 bits, exactly a trace id): a new trace per window.
+//!   on the manual trigger), else the instance id itself (a UUID is 128 bits, exactly a trace
+//!   id): a new trace per window. The context a task was defined under never names a window's
+//!   trace (it would make every window of the task one endless trace); the window span links
+//!   to it instead.
 //! - **Window span id**: the first 8 bytes of `SHA-256("kairos.window" ‖ instance id)`. Its
-//!   parent is the stored context's span, when there is one.
+//!   parent is the trigger context's span, when there is one.
 //! - **Claim span id**: the first 8 bytes of `SHA-256("kairos.claim" ‖ lease token)`: a new
 //!   span per claim (the token is fresh per claim), derivable again from the token a
 //!   completion, a failure or the reaper holds, and revealing nothing of the token. Its parent
@@ -174,7 +176,7 @@ pub struct WindowTrace {
 }
 
 impl WindowTrace {
-    /// The trace of instance `instance_id`, created under `stored` (if any).
+    /// The trace of instance `instance_id`, created under the trigger context `stored` (if any).
     pub fn of(instance_id: Uuid, stored: Option<&TraceContext>) -> WindowTrace {
         let window_span_id = derived_span_id(b"kairos.window", &instance_id);
         match stored {

@@ -227,6 +227,24 @@ fn check_outbound_hosts(
     }
 }
 
+/// The context task `id` was defined under, for its window spans' links (docs/tracing.md):
+/// read only when spans are exported; a failed read loses the link, never the request.
+pub(crate) async fn task_trace(
+    state: &AppState,
+    id: &str,
+) -> Option<crate::domain::trace::TraceContext> {
+    if !state.spans.is_on() {
+        return None;
+    }
+    match store_tasks::list_task_traces(&state.pool, &[id]).await {
+        Ok(mut traces) => traces.remove(id),
+        Err(e) => {
+            tracing::warn!(task_id = %id, error = %e, "reading the task's trace context for a window span link failed");
+            None
+        }
+    }
+}
+
 pub(crate) fn not_found_task(e: store::Error, id: &str) -> ApiError {
     match e {
         store::Error::NotFound => ApiError::NotFound(format!("no task with id {id:?}")),
@@ -587,6 +605,7 @@ async fn trigger_task(
                 &inst.task_id,
                 &inst.window_key,
                 inst.trace.as_ref(),
+                task_trace(&state, &id).await.as_ref(),
                 inst.created_at,
             );
             tracing::info!(task_id = %id, window_key = %inst.window_key, instance_id = %inst.id, available_at = %format_instant(inst.available_at), "manual run created");
@@ -700,12 +719,18 @@ pub(crate) async fn run_backfill(
     let report = store_instances::backfill(&state.pool, id, req, "backfill")
         .await
         .map_err(|e| not_found_task(e, id))?;
-    if state.spans.is_on() {
+    if state.spans.is_on() && !report.materialised.is_empty() {
         let now = Utc::now();
+        let link = task_trace(state, id).await;
         for c in &report.materialised {
-            state
-                .spans
-                .window(c.id, &c.task_id, &c.window_key, c.trace().as_ref(), now);
+            state.spans.window(
+                c.id,
+                &c.task_id,
+                &c.window_key,
+                c.trace().as_ref(),
+                link.as_ref(),
+                now,
+            );
         }
     }
     tracing::info!(task_id = %id, from = %format_instant(req.from), to = %format_instant(req.to), dry_run = req.dry_run, overlap = ?req.overlap, reprocess = ?req.reprocess, created = report.created, existing = report.existing, skipped = report.skipped, cancelled = report.cancelled, reprocessed = report.reprocessed, "backfill");

@@ -70,6 +70,31 @@ pub async fn get_task(pool: &PgPool, id: &str) -> Result<Task> {
     row.try_into()
 }
 
+/// The trace contexts the tasks `ids` were defined under (docs/tracing.md), by task id: only
+/// tasks that have one. Read when window spans are recorded, to link them to it.
+pub async fn list_task_traces(
+    pool: &PgPool,
+    ids: &[&str],
+) -> Result<std::collections::HashMap<String, TraceContext>> {
+    if ids.is_empty() {
+        return Ok(Default::default());
+    }
+    let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
+        "select id, trace_parent, trace_state from tasks \
+         where id = any($1) and trace_parent is not null",
+    )
+    .bind(ids)
+    .fetch_all(pool)
+    .await
+    .map_err(map_db_error)?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(id, parent, state)| {
+            TraceContext::parse(&parent, state.as_deref()).map(|c| (id, c))
+        })
+        .collect())
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct TaskFilter {
     pub agent_id: Option<String>,

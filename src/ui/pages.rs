@@ -19,7 +19,9 @@ use crate::domain::task::{MAX_REASON_LEN, Overlap, Task, TriggerSpec, parse_time
 use crate::domain::text::{NUL_REFUSED, has_nul, without_nul};
 use crate::http::AppState;
 use crate::http::instances::{instance_cursor, operator_move, parse_cursor};
-use crate::http::tasks::{MAX_BACKFILL_WINDOWS, not_found_task, run_backfill, visible_task};
+use crate::http::tasks::{
+    MAX_BACKFILL_WINDOWS, not_found_task, run_backfill, task_trace, visible_task,
+};
 use crate::store::instances::{self as store_instances, Backfill, ManualTrigger, Reprocess};
 use crate::store::{self, console, events, tasks as store_tasks};
 
@@ -628,6 +630,7 @@ pub async fn task_action(
                     &inst.task_id,
                     &inst.window_key,
                     inst.trace.as_ref(),
+                    task_trace(&state, &id).await.as_ref(),
                     inst.created_at,
                 );
             }

@@ -38,8 +38,8 @@ pub(super) enum Outcome {
 /// clock at its update + `seconds`, capped at its creation (the first trigger) +
 /// `max_wait_seconds`, and never earlier than it was. Its limit draws are rendered from the
 /// task's context merged with the new one, as every insert renders them. A new instance takes
-/// the trigger's trace context (else the task's); a moved one keeps the trace it was created
-/// under, whose window span is already recorded.
+/// the trigger's trace context (none without one: a trace of its own); a moved one keeps the
+/// trace it was created under, whose window span is already recorded.
 const UPSERT: &str = "\
     insert into task_instance (id, task_id, window_key, scheduled_at, status, source, agent_id, \
         attempt, max_attempts, available_at, context_override, created_by, created_status, \
@@ -49,8 +49,7 @@ const UPSERT: &str = "\
         1, $4, c.now + make_interval(secs => $3), $5, $6, 'PENDING', 'manual', c.now, c.now, \
         kairos_render_limit_draws(t.spec->'execution'->'limits', t.id, t.agent_id, \
             coalesce(t.spec->'context', '{}'::jsonb) || coalesce($5, '{}'::jsonb)), \
-        $7, $8, coalesce($11, t.trace_parent), \
-        case when $11::text is null then t.trace_state else $12 end \
+        $7, $8, $11, $12 \
     from tasks t cross join (select clock_timestamp() as now) c \
     where t.id = $9 \
     on conflict (task_id, debounce_key) where debounce_key is not null do update set \

@@ -37,8 +37,8 @@ pub struct NewInstance {
     pub context_override: Option<Value>,
     /// The instance's own priority; the task's `execution.priority` when `None`.
     pub priority: Option<i16>,
-    /// The trace context it is created under (a manual trigger's `traceparent`); the task's
-    /// stored one when `None`.
+    /// The trace context it is created under (a manual trigger's `traceparent`); `None` for a
+    /// window of its own trace (every scheduled one: the task's context is only linked to).
     pub trace: Option<TraceContext>,
 }
 
@@ -155,8 +155,7 @@ pub async fn insert_windows_at(
                  end, \
                  coalesce(r.priority, (select (t.spec->'execution'->>'priority')::smallint \
                            from tasks t where t.id = r.task_id), 5), \
-                 coalesce(r.trace_parent, tt.trace_parent), \
-                 case when r.trace_parent is null then tt.trace_state else r.trace_state end \
+                 r.trace_parent, r.trace_state \
              from unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], \
                          $6::text[], $7::text[], $8::int[], $9::timestamptz[], $10::text[], \
                          $11::jsonb[], $14::smallint[], $15::text[], $16::text[]) \
@@ -165,9 +164,6 @@ pub async fn insert_windows_at(
                       trace_parent, trace_state) \
              cross join (select case when $13::timestamptz is null then now() \
                                      else greatest($13, clock_timestamp()) end as created) c \
-             left join lateral (select t.trace_parent, t.trace_state from tasks t \
-                                where r.trace_parent is null and t.id = r.task_id \
-                                  and t.trace_parent is not null) tt on true \
              on conflict (task_id, window_key) do nothing \
              returning id, task_id, window_key, status, trace_parent, trace_state \
          ) \
