@@ -16,12 +16,14 @@ use crate::config::Config;
 use crate::domain::access::Tokens;
 use crate::http::server::ServerLimits;
 use crate::http::{self, AppState, ClaimSettings};
+use crate::otel::Spans;
 use crate::outbound::{self, AllowList};
 use crate::services::Heartbeats;
 use crate::services::db_watch::DbWatch;
 use crate::services::notifier::{Notifier, NotifierConfig};
 use crate::services::pruner::{Pruner, PrunerConfig};
 use crate::services::retry_scanner::{RetryScanner, RetryScannerConfig};
+use crate::services::span_exporter::{SpanExporter, SpanExporterConfig};
 use crate::services::stats::StatsSampler;
 use crate::services::timeout_reaper::{TimeoutReaper, TimeoutReaperConfig};
 use crate::services::trigger_loop::{TriggerLoop, TriggerLoopConfig};
@@ -69,6 +71,8 @@ pub struct Options {
     pub database_unavailable_answer: Duration,
     /// Wall-clock bound of every loop pass (`loop_pass_timeout_ms`).
     pub loop_pass_timeout: Duration,
+    /// Where spans go (`otel_endpoint`); `None` exports nothing and runs no exporter.
+    pub otel: Option<SpanExporterConfig>,
 }
 
 impl Options {
@@ -104,6 +108,7 @@ impl Options {
             stats_interval: Some(Duration::from_millis(cfg.stats_interval_ms)),
             database_unavailable_answer: Duration::from_millis(cfg.database_unavailable_answer_ms),
             loop_pass_timeout: Duration::from_millis(cfg.loop_pass_timeout_ms),
+            otel: SpanExporterConfig::from_config(cfg),
         })
     }
 
@@ -131,6 +136,7 @@ impl Options {
             stats_interval: None,
             database_unavailable_answer: Duration::from_millis(cfg.database_unavailable_answer_ms),
             loop_pass_timeout: Duration::from_millis(cfg.loop_pass_timeout_ms),
+            otel: None,
         }
     }
 }
@@ -146,6 +152,9 @@ pub struct Running {
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     shutdown_grace: Duration,
     shutdown_drain: Duration,
+    /// The span exporter, when `otel_endpoint` is set: stopped last, so the spans of the
+    /// requests that finished during the drain still leave.
+    exporter: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
 }
 
 /// The database pools of one process: the API's, and the background loops' own, which API load
@@ -191,9 +200,20 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
     let loops = CancellationToken::new();
     let http_stop = CancellationToken::new();
     let mut loop_tasks = JoinSet::new();
+    let (spans, exporter) = match opts.otel.clone() {
+        None => (Spans::off(), None),
+        Some(cfg) => {
+            let (spans, queue) = Spans::queue(cfg.queue_capacity);
+            let exporter = SpanExporter::new(cfg, queue)?;
+            let stop = CancellationToken::new();
+            let task = tokio::spawn(exporter.run(stop.clone()));
+            (spans, Some((stop, task)))
+        }
+    };
 
     if let Some(cfg) = opts.trigger.clone() {
-        let trigger = TriggerLoop::new(loop_pool.clone(), cfg, heartbeats.clone());
+        let trigger =
+            TriggerLoop::new(loop_pool.clone(), cfg, heartbeats.clone()).with_spans(spans.clone());
         loop_tasks.spawn(trigger.run(loops.child_token()));
     }
     if let Some(cfg) = opts.retry_scanner.clone() {
@@ -202,7 +222,8 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
     }
     if let Some(cfg) = opts.reaper.clone() {
         let reaper = TimeoutReaper::new(loop_pool.clone(), cfg, heartbeats.clone())
-            .with_health(health.clone());
+            .with_health(health.clone())
+            .with_spans(spans.clone());
         loop_tasks.spawn(reaper.run(loops.child_token()));
     }
     let work_signal = WorkSignal::new();
@@ -227,7 +248,8 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
             heartbeats.clone(),
             group.clone(),
             client.clone(),
-        );
+        )
+        .with_spans(spans.clone());
         loop_tasks.spawn(dispatcher.run(work_signal.clone(), loops.child_token()));
     }
     if let Some(cfg) = opts.pruner.clone() {
@@ -261,6 +283,7 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
         request_timeout: opts.request_timeout,
         retention_days: opts.retention_days,
         db_health: health,
+        spans,
     };
     let app = http::router(state, opts.max_body_bytes);
     let server = tokio::spawn(http::server::serve(
@@ -279,10 +302,16 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
         server,
         shutdown_grace: opts.shutdown_grace,
         shutdown_drain: opts.shutdown_drain,
+        exporter,
     })
 }
 
 impl Running {
+    /// Whether a span exporter runs (`otel_endpoint` is set).
+    pub fn exports_spans(&self) -> bool {
+        self.exporter.is_some()
+    }
+
     /// Take no new work: loops stop, new claims answer 503 with `Retry-After`, waiting long
     /// polls answer with what they have. Completions, failures and heartbeats still work, so
     /// agents can report what they hold. The first step of [`Running::shutdown`].
@@ -320,6 +349,10 @@ impl Running {
         }
         self.signal.cancel();
         let _ = (&mut self.signal_task).await;
+        if let Some((stop, task)) = self.exporter.take() {
+            stop.cancel();
+            let _ = task.await;
+        }
     }
 
     /// Abort everything at once, as a crash would (tests).
@@ -327,6 +360,9 @@ impl Running {
         self.loop_tasks.abort_all();
         self.server.abort();
         self.signal_task.abort();
+        if let Some((_, task)) = self.exporter.take() {
+            task.abort();
+        }
     }
 }
 

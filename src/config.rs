@@ -194,6 +194,9 @@ pub struct Config {
     /// `serve` applies pending migrations at start; false: it never changes the schema and
     /// refuses to start on a database that lacks one of its migrations.
     pub migrate: bool,
+    /// OpenTelemetry collector base URL (OTLP/HTTP, JSON): spans go to `<otel_endpoint>/v1/traces`.
+    /// Empty: nothing is exported.
+    pub otel_endpoint: String,
 }
 
 impl Default for Config {
@@ -245,6 +248,7 @@ impl Default for Config {
             loop_pass_timeout_ms: 30_000,
             agent_absent_seconds: 60,
             migrate: true,
+            otel_endpoint: String::new(),
         }
     }
 }
@@ -301,6 +305,13 @@ fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
         key: key.to_owned(),
         message: message.into(),
     }
+}
+
+/// An absolute http(s) URL with a host.
+fn is_http_url(s: &str) -> bool {
+    url::Url::parse(s).is_ok_and(|u| {
+        matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty())
+    })
 }
 
 impl Config {
@@ -409,6 +420,7 @@ impl Config {
             loop_pass_timeout_ms,
             agent_absent_seconds,
             migrate,
+            otel_endpoint,
         );
         // The conventional variable wins over KAIROS_DATABASE_URL.
         set(env, "DATABASE_URL", &mut self.database_url)?;
@@ -535,6 +547,12 @@ impl Config {
         if !self.public_url.is_empty() && crate::domain::task::check_url(&self.public_url).is_err()
         {
             return Err(invalid("public_url", "must be an http:// or https:// URL"));
+        }
+        if !self.otel_endpoint.is_empty() && !is_http_url(&self.otel_endpoint) {
+            return Err(invalid(
+                "otel_endpoint",
+                "must be an http:// or https:// URL of an OTLP/HTTP collector, e.g. http://127.0.0.1:4318",
+            ));
         }
         for (key, v) in [
             ("webhook_interval_ms", self.webhook_interval_ms),
@@ -803,6 +821,18 @@ mod tests {
         ])
         .expect_err("invalid");
         assert!(err.to_string().contains("trigger_batch_size"), "{err}");
+        let err = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            ("KAIROS_OTEL_ENDPOINT", "collector:4318"),
+        ])
+        .expect_err("invalid");
+        assert!(err.to_string().contains("otel_endpoint"), "{err}");
+        let ok = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            ("KAIROS_OTEL_ENDPOINT", "http://127.0.0.1:4318"),
+        ])
+        .expect("valid");
+        assert_eq!(ok.otel_endpoint, "http://127.0.0.1:4318");
         let err = load(&[("KAIROS_CONFIG", "/nonexistent/kairos.toml")]).expect_err("missing");
         assert!(
             err.to_string().contains("/nonexistent/kairos.toml"),

@@ -14,6 +14,9 @@ pub mod config;
 pub mod domain;
 /// The HTTP adapter: routers, DTOs, problem+json errors.
 pub mod http;
+/// OpenTelemetry spans of a window's life and their OTLP/HTTP JSON encoding; off unless
+/// `otel_endpoint` is set.
+pub mod otel;
 /// Outbound HTTP: signed, bounded webhook and notification requests.
 pub mod outbound;
 /// Background loops, one file each (trigger loop, ...).

@@ -236,6 +236,10 @@ pub struct Instance {
     pub priority: i16,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// The trace context the window was created under (docs/tracing.md); a claim hands out
+    /// its `traceparent`, not this.
+    #[serde(skip)]
+    pub trace: Option<crate::domain::trace::TraceContext>,
 }
 
 /// One transition in an instance's history.

@@ -11,3 +11,4 @@ pub mod retry;
 pub mod schedule;
 pub mod task;
 pub mod text;
+pub mod trace;

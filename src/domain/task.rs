@@ -485,6 +485,9 @@ pub struct Task {
 pub struct TaskSubmission {
     pub spec: TaskSpec,
     pub paused: Option<bool>,
+    /// The trace context the definition came with (`traceparent`), stored with the task when
+    /// the submission creates or changes it.
+    pub trace: Option<crate::domain::trace::TraceContext>,
 }
 
 impl TaskSpec {
@@ -631,6 +634,7 @@ pub fn parse_submission(path_id: &str, body: &Value) -> Result<TaskSubmission, V
                 circuit_breaker,
             },
             paused,
+            trace: None,
         }),
         _ => Err(vec![FieldError::new("", "invalid task")]),
     }

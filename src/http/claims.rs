@@ -139,6 +139,14 @@ async fn claim(
                 // A full batch: there is likely more, so the next waiter looks too.
                 waiter.pass_on();
             }
+            if state.spans.is_on() {
+                let now = chrono::Utc::now();
+                for c in &claimed {
+                    state
+                        .spans
+                        .claim(&c.instance, c.lease_token, &req.worker_id, now);
+                }
+            }
             for c in &claimed {
                 let i = &c.instance;
                 tracing::debug!(task_id = %i.task_id, window_key = %i.window_key, instance_id = %i.id, attempt = i.attempt, worker_id = %req.worker_id, "instance claimed");

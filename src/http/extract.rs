@@ -278,3 +278,38 @@ pub fn priority_field(m: &serde_json::Map<String, Value>) -> Result<Option<i16>,
         Some(_) => int_field(m, "priority", 5, 0, 9).map(|p| Some(p as i16)),
     }
 }
+
+/// The W3C trace context of a request (`traceparent`, `tracestate`): `None` when absent or
+/// invalid. An invalid one is ignored, never refused (docs/tracing.md).
+pub fn trace_context(
+    headers: &axum::http::HeaderMap,
+) -> Option<crate::domain::trace::TraceContext> {
+    let parent = headers.get("traceparent")?.to_str().ok()?;
+    // Several `tracestate` headers are one list.
+    let states: Vec<&str> = headers
+        .get_all("tracestate")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    let state = (!states.is_empty()).then(|| states.join(","));
+    crate::domain::trace::TraceContext::parse(parent, state.as_deref())
+}
+
+/// The caller's span for the spans kairos exports (a report's `traceparent`): read only when
+/// spans are exported, so a report costs nothing more when they are not.
+pub struct CallerSpan(pub Option<crate::domain::trace::TraceContext>);
+
+impl FromRequestParts<super::AppState> for CallerSpan {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &super::AppState,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(CallerSpan(if state.spans.is_on() {
+            trace_context(&parts.headers)
+        } else {
+            None
+        }))
+    }
+}

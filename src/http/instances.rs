@@ -12,12 +12,14 @@ use uuid::Uuid;
 use super::auth::check_instance_agent;
 use super::error::ApiError;
 use super::extract::{
-    JsonBody, QueryParams, body_object, decode_cursor, encode_cursor, int_field, lease_token_field,
-    page_limit, string_field,
+    CallerSpan, JsonBody, QueryParams, body_object, decode_cursor, encode_cursor, int_field,
+    lease_token_field, page_limit, string_field,
 };
 use super::{AppState, RouteTable};
 use crate::domain::access::Principal;
 use crate::domain::instance::{Instance, InstanceStatus};
+use crate::domain::trace::TraceContext;
+use crate::otel::{SpanKind, names};
 use crate::store::{self, events, instances as store_instances};
 
 pub use crate::domain::task::MAX_RESULT_BYTES;
@@ -195,8 +197,11 @@ async fn complete(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
+    CallerSpan(caller): CallerSpan,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Instance>, ApiError> {
+    // Read only when spans are exported: a report costs nothing more otherwise.
+    let started = state.spans.is_on().then(Utc::now);
     let id = parse_instance_id(&id)?;
     scoped_lease_holder(&state, &principal, id).await?;
     let m = body_object(body, &["lease_token", "result"])?;
@@ -221,6 +226,18 @@ async fn complete(
         })
         .await
         .map_err(|e| not_found_instance(e, &id))?;
+    if state.spans.is_on() {
+        state.spans.attempt(
+            names::COMPLETE,
+            SpanKind::Server,
+            &inst,
+            token,
+            caller.as_ref(),
+            started.unwrap_or_else(Utc::now),
+            Utc::now(),
+            None,
+        );
+    }
     tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, "instance succeeded");
     Ok(Json(inst))
 }
@@ -249,8 +266,11 @@ async fn fail(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
+    CallerSpan(caller): CallerSpan,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Instance>, ApiError> {
+    // Read only when spans are exported: a report costs nothing more otherwise.
+    let started = state.spans.is_on().then(Utc::now);
     let id = parse_instance_id(&id)?;
     scoped_lease_holder(&state, &principal, id).await?;
     let m = body_object(
@@ -331,6 +351,18 @@ async fn fail(
         })
         .await
         .map_err(|e| not_found_instance(e, &id))?;
+    if state.spans.is_on() {
+        state.spans.attempt(
+            names::FAIL,
+            SpanKind::Server,
+            &inst,
+            token,
+            caller.as_ref(),
+            started.unwrap_or_else(Utc::now),
+            Utc::now(),
+            Some(inst.error.clone().unwrap_or_default()),
+        );
+    }
     if throttle_seconds.is_some() {
         metrics::counter!("kairos_throttled_total").increment(1);
         tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, available_at = %inst.available_at, reason = %inst.error.as_deref().unwrap_or(""), "instance throttled; its attempt is not spent");
@@ -450,8 +482,11 @@ enum BatchItem {
 async fn complete_batch(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
+    CallerSpan(trace): CallerSpan,
     JsonBody(body): JsonBody,
 ) -> Result<Json<BatchBody>, ApiError> {
+    // Read only when spans are exported: a report costs nothing more otherwise.
+    let started = state.spans.is_on().then(Utc::now);
     let m = body_object(body, &["completions"])?;
     let Some(Value::Array(list)) = m.get("completions") else {
         return Err(ApiError::invalid(
@@ -466,6 +501,7 @@ async fn complete_batch(
         ));
     }
     let mut items = Vec::with_capacity(list.len());
+    let mut item_traces: Vec<Option<TraceContext>> = Vec::with_capacity(list.len());
     for (n, raw) in list.iter().enumerate() {
         let field = |f: &str| format!("completions[{n}].{f}");
         let Value::Object(o) = raw else {
@@ -476,7 +512,7 @@ async fn complete_batch(
         };
         if let Some(k) = o
             .keys()
-            .find(|k| !["id", "lease_token", "result"].contains(&k.as_str()))
+            .find(|k| !["id", "lease_token", "result", "traceparent"].contains(&k.as_str()))
         {
             return Err(ApiError::invalid(field(k), "unknown field"));
         }
@@ -501,6 +537,14 @@ async fn complete_batch(
                 )));
             }
         }
+        // The agent's span for this item; like the header, an invalid one is ignored.
+        item_traces.push(if state.spans.is_on() {
+            o.get("traceparent")
+                .and_then(Value::as_str)
+                .and_then(|t| TraceContext::parse(t, None))
+        } else {
+            None
+        });
         items.push(store_instances::Completion {
             id,
             lease_token,
@@ -540,10 +584,24 @@ async fn complete_batch(
     }
     for pass in passes {
         let (at, batch): (Vec<usize>, Vec<store_instances::Completion>) = pass.into_iter().unzip();
+        let tokens: Vec<Uuid> = batch.iter().map(|c| c.lease_token).collect();
         // One answer per item, in order.
         let outcomes = state.group.complete_all(batch).await?;
-        for (n, outcome) in at.into_iter().zip(outcomes) {
+        for ((n, outcome), token) in at.into_iter().zip(outcomes).zip(tokens) {
             let id = ids[n];
+            if let Ok(instance) = &outcome {
+                let parent = item_traces.get(n).and_then(Option::as_ref);
+                state.spans.attempt(
+                    names::COMPLETE,
+                    SpanKind::Server,
+                    instance,
+                    token,
+                    parent.or(trace.as_ref()),
+                    started.unwrap_or_else(Utc::now),
+                    Utc::now(),
+                    None,
+                );
+            }
             answers[n] = Some(match outcome {
                 Ok(instance) => BatchItem::Done {
                     id,

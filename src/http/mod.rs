@@ -88,6 +88,8 @@ pub struct AppState {
     pub retention_days: i64,
     /// Whether the database answers: while it does not, claims and writes answer 503 at once.
     pub db_health: crate::store::health::DbHealth,
+    /// Where spans are recorded (off unless `otel_endpoint` is set).
+    pub spans: crate::otel::Spans,
 }
 
 /// A router that remembers which (method, path) pairs it serves.

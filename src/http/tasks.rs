@@ -18,7 +18,9 @@ use crate::store::instances::{
 use serde_json::{Value, json};
 
 use super::error::ApiError;
-use super::extract::{JsonBody, QueryParams, decode_cursor, encode_cursor, page_limit};
+use super::extract::{
+    JsonBody, QueryParams, decode_cursor, encode_cursor, page_limit, trace_context,
+};
 use super::{AppState, RouteTable};
 use crate::domain::access::{Principal, redact_url};
 use crate::domain::jitter;
@@ -145,7 +147,8 @@ async fn put_task(
             "a JSON task definition is required".to_owned(),
         ));
     }
-    let sub = parse_submission(&id, &body).map_err(ApiError::Invalid)?;
+    let mut sub = parse_submission(&id, &body).map_err(ApiError::Invalid)?;
+    sub.trace = trace_context(&headers);
     check_outbound_hosts(&state, &sub.spec)?;
     let expected = match if_match(&headers)? {
         None => None,
@@ -221,6 +224,24 @@ fn check_outbound_hosts(
         Ok(())
     } else {
         Err(ApiError::Invalid(errors))
+    }
+}
+
+/// The context task `id` was defined under, for its window spans' links (docs/tracing.md):
+/// read only when spans are exported; a failed read loses the link, never the request.
+pub(crate) async fn task_trace(
+    state: &AppState,
+    id: &str,
+) -> Option<crate::domain::trace::TraceContext> {
+    if !state.spans.is_on() {
+        return None;
+    }
+    match store_tasks::list_task_traces(&state.pool, &[id]).await {
+        Ok(mut traces) => traces.remove(id),
+        Err(e) => {
+            tracing::warn!(task_id = %id, error = %e, "reading the task's trace context for a window span link failed");
+            None
+        }
     }
 }
 
@@ -470,6 +491,7 @@ fn check_ahead_of_retention(
 async fn trigger_task(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    headers: HeaderMap,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let m = body_object(
@@ -570,6 +592,7 @@ async fn trigger_task(
         delay_seconds,
         context,
         priority,
+        trace: trace_context(&headers),
     };
     let (what, inst) =
         store_instances::trigger_run(&state.pool, &id, &trigger, debounce_key.as_deref(), "api")
@@ -577,6 +600,14 @@ async fn trigger_task(
             .map_err(|e| not_found_task(e, &id))?;
     let status = match what {
         Triggered::Created => {
+            state.spans.window(
+                inst.id,
+                &inst.task_id,
+                &inst.window_key,
+                inst.trace.as_ref(),
+                task_trace(&state, &id).await.as_ref(),
+                inst.created_at,
+            );
             tracing::info!(task_id = %id, window_key = %inst.window_key, instance_id = %inst.id, available_at = %format_instant(inst.available_at), "manual run created");
             StatusCode::CREATED
         }
@@ -688,6 +719,20 @@ pub(crate) async fn run_backfill(
     let report = store_instances::backfill(&state.pool, id, req, "backfill")
         .await
         .map_err(|e| not_found_task(e, id))?;
+    if state.spans.is_on() && !report.materialised.is_empty() {
+        let now = Utc::now();
+        let link = task_trace(state, id).await;
+        for c in &report.materialised {
+            state.spans.window(
+                c.id,
+                &c.task_id,
+                &c.window_key,
+                c.trace().as_ref(),
+                link.as_ref(),
+                now,
+            );
+        }
+    }
     tracing::info!(task_id = %id, from = %format_instant(req.from), to = %format_instant(req.to), dry_run = req.dry_run, overlap = ?req.overlap, reprocess = ?req.reprocess, created = report.created, existing = report.existing, skipped = report.skipped, cancelled = report.cancelled, reprocessed = report.reprocessed, "backfill");
     Ok(report)
 }

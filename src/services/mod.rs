@@ -5,6 +5,7 @@ pub mod db_watch;
 pub mod notifier;
 pub mod pruner;
 pub mod retry_scanner;
+pub mod span_exporter;
 pub mod stats;
 pub mod timeout_reaper;
 pub mod trigger_loop;

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Heartbeats, run_periodic};
 use crate::domain::retry::Failure;
+use crate::otel::{SpanKind, Spans, names};
 use crate::store::health::DbHealth;
 use crate::store::{self, instances, map_db_error};
 
@@ -57,6 +58,7 @@ pub struct TimeoutReaper {
     /// While this replica finds the database unreachable the reaper waits: leases its agents
     /// could not renew meanwhile are judged once the outage is recorded.
     health: DbHealth,
+    spans: Spans,
 }
 
 impl TimeoutReaper {
@@ -66,7 +68,14 @@ impl TimeoutReaper {
             config,
             heartbeats,
             health: DbHealth::default(),
+            spans: Spans::off(),
         }
+    }
+
+    /// Record a reap span for every attempt reaped.
+    pub fn with_spans(mut self, spans: Spans) -> Self {
+        self.spans = spans;
+        self
     }
 
     /// Wait out outages this replica sees (see the `health` field).
@@ -121,10 +130,21 @@ impl TimeoutReaper {
                 "lease renewed instead of reaped; the attempt is not charged"
             );
         }
+        let now = chrono::Utc::now();
         for (a, f) in expired.iter().zip(&failures) {
-            if !written.iter().any(|w| w.id == a.id) {
+            let Some(after) = written.iter().find(|w| w.id == a.id) else {
                 continue;
-            }
+            };
+            self.spans.attempt(
+                names::REAP,
+                SpanKind::Internal,
+                after,
+                a.lease_token,
+                None,
+                now,
+                now,
+                Some(format!("{}: {}", f.error_kind, f.error)),
+            );
             report.num_reaped += 1;
             if f.to == crate::domain::instance::InstanceStatus::Dead {
                 report.num_dead += 1;

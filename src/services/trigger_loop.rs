@@ -22,13 +22,15 @@ use crate::domain::jitter;
 use crate::domain::policy::{Plan, SkipReason, plan_due_windows};
 use crate::domain::schedule::window_key;
 use crate::domain::task::FieldError;
+use crate::domain::trace::TraceContext;
+use crate::otel::Spans;
 use crate::store::instances::{
     InsertReport, NewInstance, Unfinished, cancel_unfinished_between, cancel_windows,
     existing_windows, insert_windows_at, unfinished_windows,
 };
 use crate::store::tasks::{
-    CursorMove, DueTask, WAKE_HORIZON, advance_tasks, earliest_fire_at, lock_due_tasks,
-    quarantine_task,
+    CursorMove, DueTask, WAKE_HORIZON, advance_tasks, earliest_fire_at, list_task_traces,
+    lock_due_tasks, quarantine_task,
 };
 use crate::store::{self, TASKS_CHANNEL, map_db_error, notify_work_of, outbox};
 
@@ -126,9 +128,34 @@ impl Batch {
         self.report.num_tasks == 0
     }
 
+    /// The tasks of the PENDING windows the batch wrote.
+    fn pending_tasks(&self) -> impl Iterator<Item = &str> {
+        self.inserted
+            .created
+            .iter()
+            .filter(|c| c.status == InstanceStatus::Pending.as_str())
+            .map(|c| c.task_id.as_str())
+    }
+
     /// Count, log and measure the batch once its transaction has committed, from the rows
-    /// that really were written.
-    fn published(&mut self) {
+    /// that really were written. Each window span links to the context its task was defined
+    /// under, from `task_traces`.
+    fn published(&mut self, spans: &Spans, task_traces: &HashMap<String, TraceContext>) {
+        if spans.is_on() {
+            let now = chrono::Utc::now();
+            for c in &self.inserted.created {
+                if c.status == InstanceStatus::Pending.as_str() {
+                    spans.window(
+                        c.id,
+                        &c.task_id,
+                        &c.window_key,
+                        c.trace().as_ref(),
+                        task_traces.get(&c.task_id),
+                        now,
+                    );
+                }
+            }
+        }
         let report = &mut self.report;
         for r in self.inserted.written(&self.rows) {
             if r.status != InstanceStatus::Skipped {
@@ -181,6 +208,7 @@ pub struct TriggerLoop {
     pool: PgPool,
     config: TriggerLoopConfig,
     heartbeats: Heartbeats,
+    spans: Spans,
 }
 
 impl TriggerLoop {
@@ -189,7 +217,14 @@ impl TriggerLoop {
             pool,
             config,
             heartbeats,
+            spans: Spans::off(),
         }
+    }
+
+    /// Record a window span for every window materialised.
+    pub fn with_spans(mut self, spans: Spans) -> Self {
+        self.spans = spans;
+        self
     }
 
     /// Materialise every due window, batch after batch, until a short batch.
@@ -222,8 +257,28 @@ impl TriggerLoop {
         let mut tx = crate::store::begin_hot(&self.pool).await?;
         let mut batch = self.materialise(&mut tx, None, &[]).await?;
         tx.commit().await.map_err(map_db_error)?;
-        batch.published();
+        let traces = self.task_traces(batch.pending_tasks()).await;
+        batch.published(&self.spans, &traces);
         Ok((batch.report, batch.full))
+    }
+
+    /// The contexts the tasks `ids` were defined under, for their window spans' links: read
+    /// only when spans are exported, after the commit. A failed read loses the links, never
+    /// the pass.
+    async fn task_traces<'a>(
+        &self,
+        ids: impl Iterator<Item = &'a str>,
+    ) -> HashMap<String, TraceContext> {
+        if !self.spans.is_on() {
+            return HashMap::new();
+        }
+        let ids: Vec<&str> = ids.collect::<HashSet<_>>().into_iter().collect();
+        list_task_traces(&self.pool, &ids)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %error_chain(&e), "reading task trace contexts for window span links failed");
+                HashMap::new()
+            })
     }
 
     /// Stage the windows due at `at`, a coming instant: lock the due cursors of the tasks
@@ -293,9 +348,12 @@ impl TriggerLoop {
             tokio::time::sleep(wait).await;
             tx.commit().await.map_err(map_db_error)?;
         }
+        let traces = self
+            .task_traces(staged.iter().flat_map(Batch::pending_tasks))
+            .await;
         let mut report = TriggerReport::default();
         for mut batch in staged {
-            batch.published();
+            batch.published(&self.spans, &traces);
             report.add(&batch.report);
         }
         metrics::counter!("kairos_windows_staged_total").increment(report.num_created as u64);
@@ -459,6 +517,7 @@ impl TriggerLoop {
                     skip_reason: skip_reason.as_ref().map(SkipReason::as_text),
                     context_override: None,
                     priority: None,
+                    trace: None,
                 });
             }
             moves.push(CursorMove {

@@ -45,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 use super::work_signal::{WAKE_ALL, WorkSignal};
 use super::{Heartbeats, error_backoff, error_chain};
 use crate::domain::task::Dispatch;
+use crate::otel::{Attr, SpanKind, Spans, names};
 use crate::outbound;
 use crate::store::group_commit::GroupCommit;
 use crate::store::{self, claim, instances, parse_work_payload};
@@ -112,6 +113,7 @@ pub struct WebhookDispatcher {
     client: outbound::Client,
     group: GroupCommit,
     successes: mpsc::UnboundedSender<Success>,
+    spans: Spans,
 }
 
 /// A push answered with success, to be recorded, and where its recording's answer goes.
@@ -220,7 +222,14 @@ impl WebhookDispatcher {
             client,
             successes: start_recorder(group.clone()),
             group,
+            spans: Spans::off(),
         }
+    }
+
+    /// Record a claim span and a push span for every push.
+    pub fn with_spans(mut self, spans: Spans) -> Self {
+        self.spans = spans;
+        self
     }
 
     fn actor(&self) -> String {
@@ -293,6 +302,35 @@ impl WebhookDispatcher {
     /// cancelled before the answer arrives, the instance is given back
     /// ([`Self::give_back_at_shutdown`]).
     pub async fn push(&self, c: claim::Claimed, shutdown: &CancellationToken) -> PushOutcome {
+        if !self.spans.is_on() {
+            return self.deliver(c, shutdown).await;
+        }
+        let start = chrono::Utc::now();
+        self.spans
+            .claim(&c.instance, c.lease_token, &self.config.node_id, start);
+        let (instance, token) = (c.instance.clone(), c.lease_token);
+        let outcome = Box::pin(self.deliver(c, shutdown)).await;
+        let (label, error) = match outcome {
+            PushOutcome::Succeeded => ("succeeded", None),
+            PushOutcome::Accepted => ("accepted", None),
+            PushOutcome::Failed => ("failed", Some("the push failed".to_owned())),
+            PushOutcome::Stale => ("stale", None),
+        };
+        self.spans.attempt_with(
+            names::PUSH,
+            SpanKind::Client,
+            &instance,
+            token,
+            None,
+            (start, chrono::Utc::now()),
+            error,
+            vec![("kairos.push_outcome", Attr::Str(label.to_owned()))],
+        );
+        outcome
+    }
+
+    /// [`Self::push`] without spans.
+    async fn deliver(&self, c: claim::Claimed, shutdown: &CancellationToken) -> PushOutcome {
         let i = &c.instance;
         let base = self.config.public_url.trim_end_matches('/');
         // Serialised straight from the claim's fields: no JSON tree per push.
@@ -308,7 +346,12 @@ impl WebhookDispatcher {
             (None, _) => Err("the task has no webhook URL".to_owned()),
             (Some(_), Err(e)) => Err(format!("cannot encode the push: {}", error_chain(&e))),
             (Some(t), Ok(bytes)) => {
-                let headers = [("Idempotency-Key", i.idempotency_key.clone())];
+                let mut headers = Vec::with_capacity(3);
+                headers.push(("Idempotency-Key", i.idempotency_key.clone()));
+                headers.push(("traceparent", body.instance.traceparent.clone()));
+                if let Some(state) = body.instance.tracestate {
+                    headers.push(("tracestate", state.to_owned()));
+                }
                 // Boxed, as are the rare paths below: the push's own future stays small, and
                 // spawning or polling it moves little memory (it showed in profiles at 5,000
                 // pushes a second).

@@ -41,6 +41,7 @@ use crate::domain::claim::{Candidate, Pick, fair_pick, fair_pick_with};
 use crate::domain::instance::Instance;
 use crate::domain::limit::{RenderedDraw, admit_all};
 use crate::domain::task::DEFAULT_DISPATCH_TIMEOUT_SECONDS;
+use crate::domain::trace::WindowTrace;
 
 /// What an agent asks for in one claim.
 #[derive(Debug, Clone)]
@@ -68,22 +69,36 @@ pub struct Claimed {
 
 /// The instance as its lease holder receives it: the instance plus lease token and context,
 /// serialised straight from the claim's fields (no intermediate JSON tree per instance).
-#[derive(Debug, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct LeaseView<'a> {
     #[serde(flatten)]
     pub instance: &'a Instance,
     pub lease_token: Uuid,
     pub context: &'a Value,
+    /// The claim's span in the window's trace (docs/tracing.md): the agent's work is its child.
+    pub traceparent: String,
+    /// The `tracestate` of the context the window was created under, when it had one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<&'a str>,
 }
 
 impl Claimed {
     /// What the lease holder receives.
     pub fn view(&self) -> LeaseView<'_> {
+        let trace = self.instance.trace.as_ref();
         LeaseView {
             instance: &self.instance,
             lease_token: self.lease_token,
             context: &self.context,
+            traceparent: self.traceparent(),
+            tracestate: trace.and_then(|t| t.state.as_deref()),
         }
+    }
+
+    /// The `traceparent` of this claim: the window's trace, the claim's span.
+    pub fn traceparent(&self) -> String {
+        WindowTrace::of(self.instance.id, self.instance.trace.as_ref())
+            .claim_traceparent(self.lease_token)
     }
 }
 

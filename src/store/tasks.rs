@@ -10,6 +10,7 @@ use super::{Error, Result, TASKS_CHANNEL, map_db_error};
 use crate::domain::task::{
     Execution, FieldError, Task, TaskId, TaskSpec, TaskSubmission, TriggerSpec,
 };
+use crate::domain::trace::TraceContext;
 
 /// Longest dependency chain followed when checking for cycles.
 const MAX_DEPENDENCY_DEPTH: i32 = 1000;
@@ -67,6 +68,31 @@ pub async fn get_task(pool: &PgPool, id: &str) -> Result<Task> {
     .map_err(map_db_error)?
     .ok_or(Error::NotFound)?;
     row.try_into()
+}
+
+/// The trace contexts the tasks `ids` were defined under (docs/tracing.md), by task id: only
+/// tasks that have one. Read when window spans are recorded, to link them to it.
+pub async fn list_task_traces(
+    pool: &PgPool,
+    ids: &[&str],
+) -> Result<std::collections::HashMap<String, TraceContext>> {
+    if ids.is_empty() {
+        return Ok(Default::default());
+    }
+    let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
+        "select id, trace_parent, trace_state from tasks \
+         where id = any($1) and trace_parent is not null",
+    )
+    .bind(ids)
+    .fetch_all(pool)
+    .await
+    .map_err(map_db_error)?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(id, parent, state)| {
+            TraceContext::parse(&parent, state.as_deref()).map(|c| (id, c))
+        })
+        .collect())
 }
 
 #[derive(Debug, Clone, Default)]
@@ -200,7 +226,8 @@ async fn check_dependency(conn: &mut PgConnection, id: &TaskId, upstream: &TaskI
 }
 
 /// Create or replace a task declaratively. An identical submission changes nothing (not even
-/// the version). A changed trigger recomputes `next_fire_at` from now; other changes keep it.
+/// the version, nor the stored trace context); one that creates or changes the task stores its
+/// trace context (or none). A changed trigger recomputes `next_fire_at` from now; other changes keep it.
 pub async fn upsert_task(
     pool: &PgPool,
     sub: &TaskSubmission,
@@ -209,6 +236,8 @@ pub async fn upsert_task(
     let spec = &sub.spec;
     let spec_json =
         serde_json::to_value(spec).map_err(|e| Error::Corrupt(format!("task spec: {e}")))?;
+    let trace_parent = sub.trace.as_ref().map(TraceContext::traceparent);
+    let trace_state = sub.trace.as_ref().and_then(|t| t.state.as_deref());
     let mut tx = pool.begin().await.map_err(map_db_error)?;
     if let Some(upstream) = spec.trigger.upstream() {
         sqlx::query("select pg_advisory_xact_lock(hashtext('kairos:dependencies'))")
@@ -242,8 +271,9 @@ pub async fn upsert_task(
             let paused = sub.paused.unwrap_or(false);
             let inserted = sqlx::query(
                 "insert into tasks (id, agent_id, spec, trigger_type, upstream_task_id, paused, \
-                                    paused_reason, paused_at, dispatch_mode) \
-                 values ($1, $2, $3, $4, $5, $6, $7, case when $6 then now() end, $8) \
+                                    paused_reason, paused_at, dispatch_mode, trace_parent, \
+                                    trace_state) \
+                 values ($1, $2, $3, $4, $5, $6, $7, case when $6 then now() end, $8, $9, $10) \
                  on conflict (id) do nothing",
             )
             .bind(spec.id.as_str())
@@ -254,6 +284,8 @@ pub async fn upsert_task(
             .bind(paused)
             .bind(paused.then_some("paused at registration"))
             .bind(spec.dispatch.mode())
+            .bind(&trace_parent)
+            .bind(trace_state)
             .execute(&mut *tx)
             .await
             .map_err(map_db_error)?;
@@ -294,7 +326,8 @@ pub async fn upsert_task(
                      paused_at = case when $6 then coalesce(paused_at, now()) end, \
                      resume_at = case when $6 then resume_at end, \
                      consecutive_failures = case when $8 then 0 else consecutive_failures end, \
-                     dispatch_mode = $7, version = version + 1, updated_at = now() \
+                     dispatch_mode = $7, version = version + 1, updated_at = now(), \
+                     trace_parent = $9, trace_state = $10 \
                  where id = $1",
             )
             .bind(spec.id.as_str())
@@ -305,6 +338,8 @@ pub async fn upsert_task(
             .bind(paused)
             .bind(spec.dispatch.mode())
             .bind(resumed)
+            .bind(&trace_parent)
+            .bind(trace_state)
             .execute(&mut *tx)
             .await
             .map_err(map_db_error)?;

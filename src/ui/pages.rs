@@ -19,7 +19,9 @@ use crate::domain::task::{MAX_REASON_LEN, Overlap, Task, TriggerSpec, parse_time
 use crate::domain::text::{NUL_REFUSED, has_nul, without_nul};
 use crate::http::AppState;
 use crate::http::instances::{instance_cursor, operator_move, parse_cursor};
-use crate::http::tasks::{MAX_BACKFILL_WINDOWS, not_found_task, run_backfill, visible_task};
+use crate::http::tasks::{
+    MAX_BACKFILL_WINDOWS, not_found_task, run_backfill, task_trace, visible_task,
+};
 use crate::store::instances::{self as store_instances, Backfill, ManualTrigger, Reprocess};
 use crate::store::{self, console, events, tasks as store_tasks};
 
@@ -616,11 +618,22 @@ pub async fn task_action(
                 delay_seconds: None,
                 context: None,
                 priority: None,
+                trace: None,
             };
             let (created, inst) =
                 store_instances::trigger_instance(&state.pool, &id, &trigger, "operator")
                     .await
                     .map_err(|e| not_found_task(e, &id))?;
+            if created {
+                state.spans.window(
+                    inst.id,
+                    &inst.task_id,
+                    &inst.window_key,
+                    inst.trace.as_ref(),
+                    task_trace(&state, &id).await.as_ref(),
+                    inst.created_at,
+                );
+            }
             tracing::info!(task_id = %id, window_key = %inst.window_key, instance_id = %inst.id, created, "manual run (console)");
             Ok(back(if created { "triggered" } else { "exists" }))
         }

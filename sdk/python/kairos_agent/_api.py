@@ -213,12 +213,17 @@ def heartbeat(instance_id: str, lease_token: str, lease_seconds: Optional[int]) 
     return Call("POST", f"/v1/instances/{_seg(instance_id)}/heartbeat", _instance, json=body)
 
 
-def complete(instance_id: str, lease_token: str, result: Any) -> Call[Instance]:
+def _trace_headers(traceparent: Optional[str]) -> Dict[str, str]:
+    return {} if traceparent is None else {"traceparent": traceparent}
+
+
+def complete(instance_id: str, lease_token: str, result: Any, traceparent: Optional[str] = None) -> Call[Instance]:
     return Call(
         "POST",
         f"/v1/instances/{_seg(instance_id)}/complete",
         _instance,
         json={"lease_token": lease_token, "result": result},
+        headers=_trace_headers(traceparent),
     )
 
 
@@ -258,7 +263,7 @@ def complete_many_encoded(body: bytes) -> Call[List[CompletionResult]]:
 
 def fail(instance_id: str, lease_token: str, error: str, retryable: bool,
          retry_at_once: bool = False, retry_after_seconds: Optional[int] = None,
-         hold_limit: Optional[str] = None) -> Call[Instance]:
+         hold_limit: Optional[str] = None, traceparent: Optional[str] = None) -> Call[Instance]:
     body: Dict[str, Any] = {"lease_token": lease_token, "error": error, "retryable": retryable}
     if retry_at_once:
         body["retry_at_once"] = True
@@ -271,6 +276,7 @@ def fail(instance_id: str, lease_token: str, error: str, retryable: bool,
         f"/v1/instances/{_seg(instance_id)}/fail",
         _instance,
         json=body,
+        headers=_trace_headers(traceparent),
     )
 
 

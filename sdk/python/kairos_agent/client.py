@@ -269,9 +269,12 @@ class Client:
         """Extend the lease; :class:`~kairos_agent.errors.Stale` when it is lost."""
         return self._do(_api.heartbeat(instance_id, lease_token, lease_seconds))
 
-    def complete(self, instance_id: str, lease_token: str, result: Any = None) -> Instance:
-        """RUNNING -> SUCCESS with ``result`` (any JSON value, at most 64 KiB serialized)."""
-        return self._do(_api.complete(instance_id, lease_token, result))
+    def complete(self, instance_id: str, lease_token: str, result: Any = None, *,
+                 traceparent: Optional[str] = None) -> Instance:
+        """RUNNING -> SUCCESS with ``result`` (any JSON value, at most 64 KiB serialized).
+        ``traceparent`` names the span that did the work: kairos's completion span is its
+        child."""
+        return self._do(_api.complete(instance_id, lease_token, result, traceparent))
 
     def complete_many(self, items: Sequence[Completion]) -> List[CompletionResult]:
         """Complete 1-500 instances in one request and one commit; each item is fenced on its
@@ -281,7 +284,7 @@ class Client:
 
     def fail(self, instance_id: str, lease_token: str, error: str, *, retryable: bool = True,
              retry_at_once: bool = False, retry_after_seconds: Optional[int] = None,
-             hold_limit: Optional[str] = None) -> Instance:
+             hold_limit: Optional[str] = None, traceparent: Optional[str] = None) -> Instance:
         """End the attempt: FAILED (retried after the backoff, or at once with
         ``retry_at_once=True``: an attempt given back, e.g. at shutdown) or DEAD
         (``retryable=False`` or no attempts left).
@@ -300,7 +303,8 @@ class Client:
         ``retry_after_seconds``, is :class:`~kairos_agent.errors.Invalid` (field ``hold_limit``)
         and nothing changes."""
         return self._do(
-            _api.fail(instance_id, lease_token, error, retryable, retry_at_once, retry_after_seconds, hold_limit)
+            _api.fail(instance_id, lease_token, error, retryable, retry_at_once, retry_after_seconds, hold_limit,
+                      traceparent)
         )
 
     # --- shared limits -----------------------------------------------------------------------
@@ -523,8 +527,9 @@ class AsyncClient:
     ) -> Instance:
         return await self._do(_api.heartbeat(instance_id, lease_token, lease_seconds))
 
-    async def complete(self, instance_id: str, lease_token: str, result: Any = None) -> Instance:
-        return await self._do(_api.complete(instance_id, lease_token, result))
+    async def complete(self, instance_id: str, lease_token: str, result: Any = None, *,
+                       traceparent: Optional[str] = None) -> Instance:
+        return await self._do(_api.complete(instance_id, lease_token, result, traceparent))
 
     async def complete_many(self, items: Sequence[Completion]) -> List[CompletionResult]:
         return await self._do(_api.complete_many(items))
@@ -534,9 +539,10 @@ class AsyncClient:
 
     async def fail(self, instance_id: str, lease_token: str, error: str, *, retryable: bool = True,
                    retry_at_once: bool = False, retry_after_seconds: Optional[int] = None,
-                   hold_limit: Optional[str] = None) -> Instance:
+                   hold_limit: Optional[str] = None, traceparent: Optional[str] = None) -> Instance:
         return await self._do(
-            _api.fail(instance_id, lease_token, error, retryable, retry_at_once, retry_after_seconds, hold_limit)
+            _api.fail(instance_id, lease_token, error, retryable, retry_at_once, retry_after_seconds, hold_limit,
+                      traceparent)
         )
 
     # --- shared limits -----------------------------------------------------------------------

@@ -528,15 +528,26 @@ class ClaimedInstance(Instance):
     """An instance this caller holds under a lease: every :class:`Instance` field plus the
     ``lease_token`` that fences its reports and the ``context`` to run with (the task's
     context with a manual trigger's merged over it). ``lease_lost`` is set by the
-    :class:`~kairos_agent.Worker` when the lease is gone."""
+    :class:`~kairos_agent.Worker` when the lease is gone.
+
+    ``traceparent`` (W3C Trace Context) names the claim's span in the window's trace: run the
+    work as its child. ``tracestate`` is the vendor state that came with the trace, if any."""
 
     lease_token: str
     context: Dict[str, Any]
     lease_lost: LeaseLost = field(default_factory=LeaseLost, repr=False, compare=False)
+    traceparent: Optional[str] = None
+    tracestate: Optional[str] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "ClaimedInstance":
-        return cls(**_instance_fields(d), lease_token=_str(d, "lease_token"), context=_obj(d, "context"))
+        return cls(
+            **_instance_fields(d),
+            lease_token=_str(d, "lease_token"),
+            context=_obj(d, "context"),
+            traceparent=_opt_str(d, "traceparent"),
+            tracestate=_opt_str(d, "tracestate"),
+        )
 
     @property
     def lease_seconds_left(self) -> Optional[float]:

@@ -27,6 +27,9 @@ The rules it keeps:
   UUID per claim; sent again it is answered with the instances it took, under the same lease
   tokens), a report under the same lease token (answered as the first was), after the
   server's ``Retry-After`` or a backoff; reports until their lease would have expired.
+* Tracing: with ``opentelemetry-api`` importable (the ``otel`` extra), each handler runs in a
+  span named after the task, a child of the instance's ``traceparent``, and its report carries
+  that span's ``traceparent``.
 * Shutdown: stop claiming at once, let running handlers finish for up to ``shutdown_grace``
   seconds (their results are still reported), then give the rest up: each is failed with
   ``retryable: true, retry_at_once: true`` so another worker can take it at once instead of
@@ -56,7 +59,7 @@ from typing import Any, Awaitable, Callable, Deque, Dict, List, Optional, Set, T
 
 import httpx
 
-from . import _api
+from . import _api, _otel
 from .client import AsyncClient
 from .errors import (
     Invalid,
@@ -185,7 +188,7 @@ class _Job:
     """One claimed instance from claim to acknowledged report."""
 
     __slots__ = ("instance", "next_beat", "lease_until", "beating", "beats_ended", "future", "given_up",
-                 "reporting", "reported")
+                 "reporting", "reported", "span")
 
     def __init__(self, instance: ClaimedInstance, next_beat: float, lease_until: float) -> None:
         self.instance = instance
@@ -202,6 +205,8 @@ class _Job:
         #: A report (completion or failure) has been sent at least once.
         self.reporting = False
         self.reported = False
+        #: The handler's span (OpenTelemetry): its ``traceparent`` goes with the report.
+        self.span = _otel.HandlerSpan()
 
     def describe(self) -> str:
         i = self.instance
@@ -598,10 +603,19 @@ class Worker:
         self.stats.claimed += 1
         if len(self._jobs) == 1 or beat_now:
             self._beat_wake.set()
+        handler = self._handler
         if self._pool is not None:
-            fut = self._pool.submit(self._handler, instance)
+            if _otel.available():
+                sync = cast(Callable[[ClaimedInstance], Any], handler)
+                fut = self._pool.submit(lambda i: _otel.run_in_span(i, lambda: sync(i), job.span), instance)
+            else:
+                fut = self._pool.submit(cast(Callable[[ClaimedInstance], Any], handler), instance)
+        elif _otel.available():
+            fut = asyncio.ensure_future(
+                _otel.run_in_span_async(instance, lambda: cast(Awaitable[Any], handler(instance)), job.span)
+            )
         else:
-            fut = asyncio.ensure_future(cast(Awaitable[Any], self._handler(instance)))
+            fut = asyncio.ensure_future(cast(Awaitable[Any], handler(instance)))
         job.future = fut
         fut.add_done_callback(partial(self._handler_done, job))
 
@@ -669,8 +683,10 @@ class Worker:
             )
             return
         i = job.instance
-        encoded = b'{"id":"%s","lease_token":"%s","result":%s}' % (
-            i.id.encode(), i.lease_token.encode(), encoded_result,
+        traced = b"" if job.span.traceparent is None else b',"traceparent":%s' % json.dumps(
+            job.span.traceparent).encode()
+        encoded = b'{"id":"%s","lease_token":"%s","result":%s%s}' % (
+            i.id.encode(), i.lease_token.encode(), encoded_result, traced,
         )
         self._queue.append(_Completed(job, result, encoded))
         self._queued.set()
@@ -710,7 +726,7 @@ class Worker:
                 try:
                     after = await self._client.fail(i.id, i.lease_token, error, retryable=retryable,
                                                     retry_at_once=at_once, retry_after_seconds=retry_after,
-                                                    hold_limit=hold_limit)
+                                                    hold_limit=hold_limit, traceparent=job.span.traceparent)
                 except Stale as e:
                     self.stats.fail_conflicts += 1
                     self._lease_lost(job, f"{kind} answered 409: {e.detail}")
@@ -860,7 +876,8 @@ class Worker:
         failures = 0
         while True:
             try:
-                inst = await self._client.complete(i.id, i.lease_token, c.result)
+                inst = await self._client.complete(i.id, i.lease_token, c.result,
+                                                   traceparent=c.job.span.traceparent)
             except Stale as e:
                 self._completion_outcome(c.job, CompletionResult(i.id, 409, None, e.detail))
             except NotFound as e:

@@ -29,6 +29,8 @@ pub struct BackfillReport {
     pub cancelled: usize,
     /// Of the existing windows, those given an operator retry ([`Reprocess::Failed`]).
     pub reprocessed: usize,
+    /// The windows materialised PENDING (for their trace's window spans).
+    pub materialised: Vec<super::Created>,
 }
 
 /// Operator retries of a task's windows `keys` that are in one of `from` (status names), in
@@ -255,6 +257,7 @@ pub async fn backfill(
                 skip_reason: p.skip.as_ref().map(SkipReason::as_text),
                 context_override: None,
                 priority: req.priority,
+                trace: None,
             })
             .collect();
         for chunk in rows.chunks(1000) {
@@ -263,6 +266,8 @@ pub async fn backfill(
                 report.created += 1;
                 if c.status == InstanceStatus::Skipped.as_str() {
                     report.skipped += 1;
+                } else {
+                    report.materialised.push(c.clone());
                 }
             }
             for (_, key) in r.conflicts {

@@ -16,6 +16,7 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use crate::domain::task::{Debounce, TaskSpec};
+use crate::domain::trace::TraceContext;
 use crate::store::{Error, Result, map_db_error};
 
 /// How often a trigger may find its key's instance no longer waiting and clear it before it
@@ -36,16 +37,19 @@ pub(super) enum Outcome {
 /// available (and scheduled) `seconds` after the statement's clock; a waiting one moves to the
 /// clock at its update + `seconds`, capped at its creation (the first trigger) +
 /// `max_wait_seconds`, and never earlier than it was. Its limit draws are rendered from the
-/// task's context merged with the new one, as every insert renders them.
+/// task's context merged with the new one, as every insert renders them. A new instance takes
+/// the trigger's trace context (none without one: a trace of its own); a moved one keeps the
+/// trace it was created under, whose window span is already recorded.
 const UPSERT: &str = "\
     insert into task_instance (id, task_id, window_key, scheduled_at, status, source, agent_id, \
         attempt, max_attempts, available_at, context_override, created_by, created_status, \
-        created_reason, created_at, updated_at, limit_draws, priority, debounce_key) \
+        created_reason, created_at, updated_at, limit_draws, priority, debounce_key, \
+        trace_parent, trace_state) \
     select $1, t.id, $2, c.now + make_interval(secs => $3), 'PENDING', 'manual', t.agent_id, \
         1, $4, c.now + make_interval(secs => $3), $5, $6, 'PENDING', 'manual', c.now, c.now, \
         kairos_render_limit_draws(t.spec->'execution'->'limits', t.id, t.agent_id, \
             coalesce(t.spec->'context', '{}'::jsonb) || coalesce($5, '{}'::jsonb)), \
-        $7, $8 \
+        $7, $8, $11, $12 \
     from tasks t cross join (select clock_timestamp() as now) c \
     where t.id = $9 \
     on conflict (task_id, debounce_key) where debounce_key is not null do update set \
@@ -100,6 +104,8 @@ pub(super) async fn debounce_trigger(
             .bind(key)
             .bind(task_id)
             .bind(max_wait)
+            .bind(trigger.trace.as_ref().map(TraceContext::traceparent))
+            .bind(trigger.trace.as_ref().and_then(|t| t.state.as_deref()))
             .fetch_optional(&mut *conn)
             .await
             .map_err(map_db_error)?;

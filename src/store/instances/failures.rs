@@ -290,6 +290,8 @@ pub async fn retry_due(conn: &mut PgConnection, limit: i64, actor: &str) -> Resu
             task_id,
             window_key,
             status: format!("PENDING attempt {attempt}"),
+            trace_parent: None,
+            trace_state: None,
         })
         .collect())
 }

@@ -8,6 +8,7 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use crate::domain::instance::{Instance, InstanceStatus, idempotency_key};
+use crate::domain::trace::TraceContext;
 use crate::store::{Error, Result, map_db_error};
 
 #[derive(sqlx::FromRow)]
@@ -35,12 +36,14 @@ pub(in crate::store) struct InstanceRow {
     pub(in crate::store) created_at: DateTime<Utc>,
     pub(in crate::store) updated_at: DateTime<Utc>,
     pub(in crate::store) priority: i16,
+    pub(in crate::store) trace_parent: Option<String>,
+    pub(in crate::store) trace_state: Option<String>,
 }
 
 pub(in crate::store) const INSTANCE_COLUMNS: &str = "id, task_id, agent_id, window_key, scheduled_at, status, source, attempt, \
      max_attempts, available_at, lease_expires_at, worker_id, started_at, finished_at, result, \
      error, error_kind, skip_reason, upstream_instance_id, upstream_result_digest, created_at, \
-     updated_at, priority";
+     updated_at, priority, trace_parent, trace_state";
 
 impl TryFrom<InstanceRow> for Instance {
     type Error = Error;
@@ -70,6 +73,10 @@ impl TryFrom<InstanceRow> for Instance {
             priority: r.priority,
             created_at: r.created_at,
             updated_at: r.updated_at,
+            trace: r
+                .trace_parent
+                .as_deref()
+                .and_then(|p| TraceContext::parse(p, r.trace_state.as_deref())),
         })
     }
 }

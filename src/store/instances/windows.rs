@@ -18,6 +18,7 @@ use crate::domain::instance::{
 };
 use crate::domain::schedule::canonical_window_key;
 use crate::domain::task::FieldError;
+use crate::domain::trace::TraceContext;
 use crate::store::{Error, Result, map_db_error, notify_work, notify_work_of};
 
 /// A window to insert.
@@ -36,6 +37,9 @@ pub struct NewInstance {
     pub context_override: Option<Value>,
     /// The instance's own priority; the task's `execution.priority` when `None`.
     pub priority: Option<i16>,
+    /// The trace context it is created under (a manual trigger's `traceparent`); `None` for a
+    /// window of its own trace (every scheduled one: the task's context is only linked to).
+    pub trace: Option<TraceContext>,
 }
 
 /// One inserted row.
@@ -45,6 +49,18 @@ pub struct Created {
     pub task_id: String,
     pub window_key: String,
     pub status: String,
+    /// The trace context it was created under (docs/tracing.md), if any.
+    #[sqlx(default)]
+    pub trace_parent: Option<String>,
+    #[sqlx(default)]
+    pub trace_state: Option<String>,
+}
+
+impl Created {
+    /// The trace context the window was created under, if any.
+    pub fn trace(&self) -> Option<TraceContext> {
+        TraceContext::parse(self.trace_parent.as_deref()?, self.trace_state.as_deref())
+    }
 }
 
 #[derive(Debug, Default)]
@@ -112,12 +128,20 @@ pub async fn insert_windows_at(
         .map(|r| r.context_override.as_ref().map(Json))
         .collect();
     let priorities: Vec<Option<i16>> = rows.iter().map(|r| r.priority).collect();
+    let trace_parents: Vec<Option<String>> = rows
+        .iter()
+        .map(|r| r.trace.as_ref().map(TraceContext::traceparent))
+        .collect();
+    let trace_states: Vec<Option<&str>> = rows
+        .iter()
+        .map(|r| r.trace.as_ref().and_then(|t| t.state.as_deref()))
+        .collect();
     let created: Vec<Created> = sqlx::query_as(
         "with ins as ( \
              insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
                  agent_id, attempt, max_attempts, available_at, skip_reason, finished_at, \
                  context_override, created_by, created_status, created_reason, created_at, \
-                 updated_at, limit_draws, priority) \
+                 updated_at, limit_draws, priority, trace_parent, trace_state) \
              select id, task_id, window_key, scheduled_at, status, source, agent_id, 1, \
                  max_attempts, available_at, skip_reason, \
                  case when status = 'SKIPPED' then created end, context_override, \
@@ -130,18 +154,20 @@ pub async fn insert_windows_at(
                        and jsonb_array_length(coalesce(t.spec->'execution'->'limits', '[]'::jsonb)) > 0) \
                  end, \
                  coalesce(r.priority, (select (t.spec->'execution'->>'priority')::smallint \
-                           from tasks t where t.id = r.task_id), 5) \
+                           from tasks t where t.id = r.task_id), 5), \
+                 r.trace_parent, r.trace_state \
              from unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], \
                          $6::text[], $7::text[], $8::int[], $9::timestamptz[], $10::text[], \
-                         $11::jsonb[], $14::smallint[]) \
+                         $11::jsonb[], $14::smallint[], $15::text[], $16::text[]) \
                  as r(id, task_id, window_key, scheduled_at, status, source, agent_id, \
-                      max_attempts, available_at, skip_reason, context_override, priority) \
+                      max_attempts, available_at, skip_reason, context_override, priority, \
+                      trace_parent, trace_state) \
              cross join (select case when $13::timestamptz is null then now() \
                                      else greatest($13, clock_timestamp()) end as created) c \
              on conflict (task_id, window_key) do nothing \
-             returning id, task_id, window_key, status \
+             returning id, task_id, window_key, status, trace_parent, trace_state \
          ) \
-         select id, task_id, window_key, status from ins",
+         select id, task_id, window_key, status, trace_parent, trace_state from ins",
     )
     .bind(&ids)
     .bind(&task_ids)
@@ -157,6 +183,8 @@ pub async fn insert_windows_at(
     .bind(actor)
     .bind(created_at)
     .bind(&priorities)
+    .bind(&trace_parents)
+    .bind(&trace_states)
     .fetch_all(&mut *conn)
     .await
     .map_err(map_db_error)?;
@@ -607,6 +635,8 @@ pub struct ManualTrigger {
     pub context: Option<Value>,
     /// The run's priority; the task's `execution.priority` when absent.
     pub priority: Option<i16>,
+    /// The trigger's trace context (`traceparent`), if it came with a valid one.
+    pub trace: Option<TraceContext>,
 }
 
 /// What a manual trigger did ([`trigger_run`]).
@@ -748,6 +778,7 @@ pub async fn trigger_run(
             skip_reason: None,
             context_override: t.context.clone(),
             priority: t.priority,
+            trace: t.trace.clone(),
         }],
         actor,
         Some(now),
