@@ -28,11 +28,11 @@ if (check) {
   }
   if (current !== generated) {
     console.error(
-      `${fileURLToPath(target)} is not what ${fileURLToPath(spec)} generates: run \`npm run gen\` in sdk/typescript and commit the result.`,
+      "sdk/typescript/src/api.ts is not what openapi.yaml generates: the spec changed. Run `npm run gen` in sdk/typescript, make the SDK compile against the new types (`npx tsc -p tsconfig.test.json --noEmit`), and commit both.",
     );
     process.exit(1);
   }
-  console.log("src/api.ts matches openapi.yaml");
+  console.log("sdk/typescript/src/api.ts matches openapi.yaml");
 } else {
   await writeFile(target, generated);
   console.log(`wrote ${fileURLToPath(target)}`);

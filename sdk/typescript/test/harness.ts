@@ -327,3 +327,108 @@ export class RunningWorker {
     return this.error;
   }
 }
+
+/** One request as a {@link Relay} saw it; `n` counts the requests to its path so far (from 1). */
+export interface RelayedRequest {
+  method: string;
+  path: string;
+  body: string;
+  headers: Record<string, string | string[] | undefined>;
+  n: number;
+  at: number;
+}
+
+/**
+ * What a relay does with a request: forward it (undefined), answer it itself without
+ * forwarding (`{status, retryAfter}`), or forward it and then cut the connection instead of
+ * answering (`"lose-answer"`: the daemon did the work, the caller never learns it).
+ */
+export type RelayRule = (request: RelayedRequest) => undefined | { status: number; retryAfter?: string } | "lose-answer";
+
+/** A loopback HTTP relay in front of a daemon that applies `rule` to each request and records it. */
+export class Relay {
+  readonly requests: RelayedRequest[] = [];
+  url = "";
+  private server: import("node:http").Server | undefined;
+  private readonly counts = new Map<string, number>();
+
+  constructor(
+    private readonly upstream: string,
+    private readonly rule: RelayRule,
+  ) {}
+
+  async start(): Promise<this> {
+    const { createServer } = await import("node:http");
+    this.server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on("data", (b: Buffer) => chunks.push(b));
+      req.on("end", () => {
+        void this.handle(req, res, Buffer.concat(chunks)).catch(() => {
+          res.socket?.destroy();
+        });
+      });
+    });
+    const server = this.server;
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const address = server.address();
+    this.url = `http://127.0.0.1:${typeof address === "object" && address !== null ? address.port : 0}`;
+    return this;
+  }
+
+  private async handle(
+    req: import("node:http").IncomingMessage,
+    res: import("node:http").ServerResponse,
+    body: Buffer,
+  ): Promise<void> {
+    const path = req.url ?? "/";
+    const n = (this.counts.get(path) ?? 0) + 1;
+    this.counts.set(path, n);
+    const seen: RelayedRequest = {
+      method: req.method ?? "GET",
+      path,
+      body: body.toString("utf8"),
+      headers: req.headers,
+      n,
+      at: performance.now(),
+    };
+    this.requests.push(seen);
+    const action = this.rule(seen);
+    if (action !== undefined && action !== "lose-answer") {
+      const headers: Record<string, string> = { "content-type": "application/problem+json" };
+      if (action.retryAfter !== undefined) headers["retry-after"] = action.retryAfter;
+      res.writeHead(action.status, headers);
+      res.end(JSON.stringify({ type: "about:blank", title: "relayed", status: action.status, detail: "answered by the relay" }));
+      return;
+    }
+    const headers: Record<string, string> = {};
+    for (const [name, value] of Object.entries(req.headers)) {
+      if (typeof value === "string" && !["host", "content-length", "connection"].includes(name)) headers[name] = value;
+    }
+    const init: RequestInit = { method: seen.method, headers };
+    if (body.length > 0) init.body = body;
+    const answer = await fetch(this.upstream + path, init);
+    const text = await answer.text();
+    if (action === "lose-answer") {
+      res.socket?.destroy();
+      return;
+    }
+    const out: Record<string, string> = { "content-type": answer.headers.get("content-type") ?? "application/json" };
+    const retryAfter = answer.headers.get("retry-after");
+    if (retryAfter !== null) out["retry-after"] = retryAfter;
+    res.writeHead(answer.status, out);
+    res.end(text);
+  }
+
+  /** The requests to paths matching `pattern`. */
+  to(pattern: RegExp): RelayedRequest[] {
+    return this.requests.filter((r) => pattern.test(r.path));
+  }
+
+  async close(): Promise<void> {
+    const server = this.server;
+    if (server !== undefined) {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+  }
+}

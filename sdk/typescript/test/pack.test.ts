@@ -2,7 +2,7 @@
 // (without the optional @opentelemetry/api), it imports, runs and type-checks.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { readdirSync, rmSync, writeFileSync } from "node:fs";
+import { readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 
@@ -75,6 +75,12 @@ void new Worker("http://127.0.0.1:9", "agent", { concurrency: 2 }).run(handle);
 void t; void status;
 `,
   );
+  // The README's agent compiles as written.
+  const readme = readFileSync(join(SDK, "README.md"), "utf8");
+  const example = /## An agent in 20 lines\n\n```ts\n([\s\S]*?)```/.exec(readme)?.[1];
+  assert.ok(example !== undefined, "the README has its agent example");
+  assert.ok(example.trim().split("\n").length <= 20, "the README's agent fits in 20 lines");
+  writeFileSync(join(app, "readme-agent.ts"), example);
   writeFileSync(
     join(app, "tsconfig.json"),
     JSON.stringify({
@@ -88,7 +94,7 @@ void t; void status;
         skipLibCheck: false,
         typeRoots: [join(SDK, "node_modules", "@types")],
       },
-      files: ["agent.ts"],
+      files: ["agent.ts", "readme-agent.ts"],
     }),
   );
   execFileSync(process.execPath, [join(SDK, "node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.json"], {

@@ -8,7 +8,7 @@ import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 
 import { Fatal, Retryable, Throttled, Unauthorized, Worker, type Job } from "../src/index.js";
-import { RunningWorker, eventually, quietLogger, sleep, tempDir, withKairos } from "./harness.js";
+import { Relay, RunningWorker, eventually, quietLogger, sleep, tempDir, withKairos, type RelayedRequest } from "./harness.js";
 
 const FAST_RETRY = { retry_backoff: { base_seconds: 1, max_seconds: 1, jitter: 0 } };
 
@@ -422,5 +422,111 @@ test("SIGTERM past the grace gives the held instances back at once, nothing lost
       assert.deepEqual([i.attempt, i.result, i.worker_id], [2, { attempt: 2 }, "rescuer"]);
       assert.ok(i.events.some((e) => e.to === "FAILED" && (e.reason ?? "").includes("sigl shut down")), JSON.stringify(i.events));
     }
+  });
+});
+
+test("503 and 429 on a claim are waited out for their Retry-After, the claim sent again with its claim_id", async () => {
+  await withKairos(async (k) => {
+    await k.task("busy", "busy_agent");
+    const id = (await k.client().trigger("busy")).id;
+    const relay = await new Relay(k.url, (r) => {
+      if (r.path !== "/v1/claims") return undefined;
+      if (r.n === 1) return { status: 503, retryAfter: "1" };
+      if (r.n === 2) return { status: 429, retryAfter: "1" };
+      return undefined;
+    }).start();
+    const w = new RunningWorker(
+      new Worker(relay.url, "busy_agent", { token: k.agentToken, workerId: "bw", waitSeconds: 1, handleSignals: false, logger: quietLogger() }),
+      () => "done",
+    );
+    let stats;
+    try {
+      await eventually(async () => (await k.client().getInstance(id)).status === "SUCCESS", "the instance done", 20_000);
+    } finally {
+      stats = await w.stop();
+      await relay.close();
+    }
+    const claims = relay.to(/^\/v1\/claims$/);
+    const ids = claims.slice(0, 3).map((r) => (JSON.parse(r.body) as { claim_id: string }).claim_id);
+    assert.equal(new Set(ids).size, 1, `the claim was sent again unchanged: ${ids.join(", ")}`);
+    const [a, b, c] = claims as [RelayedRequest, RelayedRequest, RelayedRequest];
+    assert.ok(b.at - a.at >= 950, `waited ${b.at - a.at} ms after a 503 with Retry-After: 1`);
+    assert.ok(c.at - b.at >= 950, `waited ${c.at - b.at} ms after a 429 with Retry-After: 1`);
+    assert.equal(stats.requestErrors, 2);
+    assert.equal(stats.succeeded, 1);
+  });
+});
+
+test("a claim whose answer is lost is sent again with its claim_id and gets those instances", async () => {
+  await withKairos(async (k) => {
+    await k.task("lost_claim", "lc_agent", { max_retries: 0 });
+    const ids = await k.triggerMany("lost_claim", 3);
+    const relay = await new Relay(k.url, (r) => (r.path === "/v1/claims" && r.n === 1 ? "lose-answer" : undefined)).start();
+    const runs: string[] = [];
+    const w = new RunningWorker(
+      new Worker(relay.url, "lc_agent", { token: k.agentToken, workerId: "lw", waitSeconds: 1, handleSignals: false, logger: quietLogger() }),
+      (job: Job) => {
+        runs.push(job.id);
+        return "ran";
+      },
+    );
+    let stats;
+    try {
+      await eventually(async () => (await k.statuses())["SUCCESS"] === 3, "all 3 SUCCESS", 20_000);
+    } finally {
+      stats = await w.stop();
+      await relay.close();
+    }
+    const [first, second] = relay.to(/^\/v1\/claims$/) as [RelayedRequest, RelayedRequest];
+    assert.equal(JSON.parse(second.body).claim_id, JSON.parse(first.body).claim_id);
+    assert.deepEqual([...runs].sort(), [...ids].sort(), "each instance ran once");
+    const c = k.client();
+    for (const id of ids) {
+      const i = await c.getInstance(id);
+      assert.equal(i.attempt, 1);
+      assert.deepEqual(i.events.map((e) => e.to), ["PENDING", "RUNNING", "SUCCESS"], "the same lease: nothing given back or reaped");
+    }
+    assert.equal(stats.requestErrors, 1);
+    assert.equal(stats.claimed, 3);
+  });
+});
+
+test("reports whose answers are lost are sent again under the same lease", async () => {
+  await withKairos(async (k) => {
+    await k.task("ok", "lr_agent", { max_retries: 0 });
+    await k.task("bad", "lr_agent", { max_retries: 0 });
+    const okId = (await k.client().trigger("ok")).id;
+    const badId = (await k.client().trigger("bad")).id;
+    const relay = await new Relay(k.url, (r) =>
+      (r.path === "/v1/completions" || r.path.endsWith("/fail")) && r.n === 1 ? "lose-answer" : undefined,
+    ).start();
+    const runs: string[] = [];
+    const w = new RunningWorker(
+      new Worker(relay.url, "lr_agent", { token: k.agentToken, workerId: "rw", waitSeconds: 1, handleSignals: false, logger: quietLogger() }),
+      (job: Job) => {
+        runs.push(job.task_id);
+        if (job.task_id === "bad") throw new Fatal("no");
+        return "fine";
+      },
+    );
+    let stats;
+    try {
+      await eventually(
+        async () => (await k.client().getInstance(okId)).status === "SUCCESS" && (await k.client().getInstance(badId)).status === "DEAD",
+        "both finished",
+        20_000,
+      );
+      await eventually(() => w.worker.stats.succeeded === 1 && w.worker.stats.failed === 1, "both reports answered", 20_000);
+    } finally {
+      stats = await w.stop();
+      await relay.close();
+    }
+    assert.deepEqual(runs.sort(), ["bad", "ok"]);
+    const completions = relay.to(/^\/v1\/completions$/);
+    assert.equal(completions.length, 2);
+    assert.equal(completions[0]?.body, completions[1]?.body, "sent again unchanged");
+    assert.equal(relay.to(/\/fail$/).length, 2);
+    assert.deepEqual([stats.succeeded, stats.failed, stats.requestErrors, stats.leaseLost], [1, 1, 2, 0]);
+    assert.equal((await k.client().getInstance(okId)).result, "fine");
   });
 });
