@@ -7,14 +7,23 @@ import { test } from "node:test";
 
 import { context, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
-import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from "@opentelemetry/sdk-trace-base";
+import {
+  AlwaysOnSampler,
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  SimpleSpanProcessor,
+  type ReadableSpan,
+} from "@opentelemetry/sdk-trace-base";
 
 import { Fatal, Worker, type Job } from "../src/index.js";
 import { RunningWorker, eventually, quietLogger, sleep, withKairos } from "./harness.js";
 
 const exporter = new InMemorySpanExporter();
 context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }));
+// Every span recorded, whatever the sampled flag of the instance's traceparent says.
+trace.setGlobalTracerProvider(
+  new BasicTracerProvider({ sampler: new AlwaysOnSampler(), spanProcessors: [new SimpleSpanProcessor(exporter)] }),
+);
 const tracer = trace.getTracer("agent-under-test");
 
 /** The handler every test runs: one span of the agent's own inside the worker's. */
