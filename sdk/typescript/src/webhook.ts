@@ -382,6 +382,14 @@ export function webhookReceiver(handler: Handler, options: ReceiverOptions): Web
       return answer(400, { error: `not a kairos push: ${errorText(e)}` });
     }
     stats.received += 1;
+    // The instance's trace context: in the body, or else in the push's own headers.
+    if (!instance.traceparent) {
+      const traceparent = headerOf(request, "traceparent");
+      if (traceparent) {
+        instance.traceparent = traceparent;
+        instance.tracestate = headerOf(request, "tracestate") ?? null;
+      }
+    }
     const lost = new AbortController();
     const job: Job = {
       ...instance,

@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import { test } from "node:test";
 
-import { Fatal, Retryable, sign, verifySignature, webhookReceiver, type Job } from "../src/index.js";
+import { Fatal, Retryable, Throttled, sign, verifySignature, webhookReceiver, type Job } from "../src/index.js";
 import { eventually, quietLogger, sleep, withKairos, type Kairos } from "./harness.js";
 
 const SECRET = "push-signing-key-0001";
@@ -116,6 +116,10 @@ test("webhookReceiver answers inline or 202 with callbacks, fails Fatal for good
         }
         if (job.task_id === "fatal") throw new Fatal("cannot ever work");
         if (job.task_id === "flaky" && job.attempt === 1) throw new Retryable("try again");
+        if (job.task_id === "quota" && !seen.has("quota-again")) {
+          seen.set("quota-again", job);
+          throw new Throttled(1, "HTTP 429 from the model API");
+        }
         return { window: job.window_key, q: job.context["q"] };
       },
       { secret: SECRET, token: k.agentToken, respondWithinMs: 1000, leaseSeconds: 3, logger: quietLogger() },
@@ -127,10 +131,11 @@ test("webhookReceiver answers inline or 202 with callbacks, fails Fatal for good
       await webhookTask(k, "slow", url, SECRET, retry);
       await webhookTask(k, "fatal", url, SECRET, retry);
       await webhookTask(k, "flaky", url, SECRET, retry);
+      await webhookTask(k, "quota", url, SECRET, { max_retries: 0 });
       await webhookTask(k, "forged", url, "not-the-receivers-secret", { max_retries: 0 });
       const c = k.client();
       const ids: Record<string, string> = {};
-      for (const name of ["fast", "slow", "fatal", "flaky", "forged"]) {
+      for (const name of ["fast", "slow", "fatal", "flaky", "forged", "quota"]) {
         ids[name] = (await c.trigger(name, { windowKey: "w", context: { q: name } })).id;
       }
       const final = ["SUCCESS", "DEAD"];
@@ -152,6 +157,9 @@ test("webhookReceiver answers inline or 202 with callbacks, fails Fatal for good
       const flaky = await c.getInstance(ids["flaky"] as string);
       assert.deepEqual([flaky.status, flaky.attempt], ["SUCCESS", 2]);
       assert.ok(flaky.events.some((e) => e.to === "FAILED" && (e.reason ?? "").includes("HTTP 500")), JSON.stringify(flaky.events));
+      const quota = await c.getInstance(ids["quota"] as string);
+      assert.deepEqual([quota.status, quota.attempt], ["SUCCESS", 1], "the throttled push was pushed again, its attempt unspent");
+      assert.ok(quota.events.some((e) => e.reason === "throttled: HTTP 429 from the model API"), JSON.stringify(quota.events));
       const forged = await c.getInstance(ids["forged"] as string);
       assert.equal(forged.status, "DEAD");
       assert.match(forged.error ?? "", /HTTP 401/);
@@ -160,10 +168,11 @@ test("webhookReceiver answers inline or 202 with callbacks, fails Fatal for good
 
       const s = receive.stats;
       assert.equal(s.badSignature, 1);
-      assert.equal(s.answeredSuccess, 2); // fast, flaky's second attempt
+      assert.equal(s.answeredSuccess, 3); // fast, flaky's second attempt, quota's second push
       assert.equal(s.answeredFailure, 1); // flaky's first attempt
-      assert.equal(s.accepted, 2); // slow, fatal
-      assert.equal(s.callbacksRecorded, 2);
+      assert.equal(s.accepted, 3); // slow, fatal, quota's first push
+      assert.equal(s.throttled, 1);
+      assert.equal(s.callbacksRecorded, 3);
       assert.equal(s.leaseLost, 0);
     } finally {
       await close(server);

@@ -157,6 +157,38 @@ test("Throttled waits its time with the attempt unspent", async () => {
   });
 });
 
+test("a holdLimit the server refuses is dropped and the throttle still reported", async () => {
+  await withKairos(async (k) => {
+    await k.task("quota_nolimit", "qn_agent", { max_retries: 0 });
+    const c = k.client();
+    const id = (await c.trigger("quota_nolimit")).id;
+    const relay = await new Relay(k.url, () => undefined).start();
+    const attempts: number[] = [];
+    const w = new RunningWorker(
+      new Worker(relay.url, "qn_agent", { token: k.agentToken, workerId: "qnw", waitSeconds: 1, handleSignals: false, logger: quietLogger() }),
+      (job: Job) => {
+        attempts.push(job.attempt);
+        if (attempts.length === 1) throw new Throttled(1, "rate limited", { holdLimit: "no-such-limit" });
+        return "done";
+      },
+    );
+    let stats;
+    try {
+      await eventually(async () => ["SUCCESS", "DEAD"].includes((await c.getInstance(id)).status), "the instance finished");
+    } finally {
+      stats = await w.stop();
+      await relay.close();
+    }
+    const fails = relay.to(/\/fail$/).map((r) => JSON.parse(r.body) as Record<string, unknown>);
+    assert.deepEqual(fails.map((f) => f["hold_limit"]), ["no-such-limit", undefined]);
+    assert.ok(fails.every((f) => f["retry_after_seconds"] === 1));
+    const done = await c.getInstance(id);
+    assert.deepEqual([done.status, done.attempt, done.result], ["SUCCESS", 1, "done"]);
+    assert.deepEqual(attempts, [1, 1]);
+    assert.deepEqual([stats.throttled, stats.failed, stats.requestErrors], [1, 0, 1]);
+  });
+});
+
 test("heartbeats keep a 5 s lease alive through a 12 s handler", async () => {
   await withKairos(async (k) => {
     await k.task("slow", "hb_agent", { max_retries: 0 });
