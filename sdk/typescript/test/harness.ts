@@ -7,7 +7,7 @@ import { randomBytes } from "node:crypto";
 import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import pg from "pg";
@@ -23,7 +23,7 @@ let dbCounter = 0;
 export function binary(): string {
   const explicit = process.env["KAIROS_BIN"];
   if (explicit) {
-    return explicit;
+    return resolve(explicit);
   }
   const target = process.env["CARGO_TARGET_DIR"] ?? join(ROOT, "target");
   const bin = join(target, "debug", "kairos");
