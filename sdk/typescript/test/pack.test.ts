@@ -1,16 +1,16 @@
 // `npm pack` makes an installable package: installed from its tarball into an empty project
-// (without the optional @opentelemetry/api), it imports, runs and type-checks.
+// (without the optional @opentelemetry/api), it imports, drains real work and type-checks.
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+import { execFile, execFileSync } from "node:child_process";
 import { readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { SDK, tempDir } from "./harness.js";
+import { SDK, eventually, tempDir, withKairos } from "./harness.js";
 
 const npm = process.platform === "win32" ? "npm.cmd" : "npm";
 
-test("npm pack produces a package that installs, imports and type-checks", (t) => {
+test("npm pack produces a package that installs, imports, runs a worker and type-checks", async (t) => {
   const out = tempDir("kairos-ts-pack-");
   const app = tempDir("kairos-ts-app-");
   t.after(() => {
@@ -58,6 +58,33 @@ console.log(JSON.stringify({
     fatal: true,
     receiver: "function",
     cron: "cron",
+  });
+
+  // The installed package's Worker drains real work without @opentelemetry/api installed.
+  writeFileSync(
+    join(app, "worker.js"),
+    `import { Worker } from "kairos-agent";
+const [url, token] = process.argv.slice(2);
+const worker = new Worker(url, "packed_agent", { token, waitSeconds: 1, handleSignals: false });
+const done = worker.run((job) => ({ ran: job.window_key, traced: job.traceparent ?? null }));
+setTimeout(() => worker.stop(), 3000);
+console.log(JSON.stringify(await done));
+`,
+  );
+  await withKairos(async (k) => {
+    await k.task("packed", "packed_agent");
+    const id = (await k.client().trigger("packed", { windowKey: "w1" })).id;
+    const stdout = await new Promise<string>((resolve, reject) => {
+      execFile(process.execPath, ["worker.js", k.url, k.agentToken], { cwd: app, encoding: "utf8" }, (err, out) =>
+        err ? reject(err) : resolve(out),
+      );
+    });
+    assert.equal((JSON.parse(stdout) as { succeeded: number }).succeeded, 1);
+    const done = await eventually(async () => {
+      const i = await k.client().getInstance(id);
+      return i.status === "SUCCESS" ? i : undefined;
+    }, "the instance done");
+    assert.deepEqual((done.result as { ran: string }).ran, "w1");
   });
 
   // A strict TypeScript consumer compiles against the shipped declarations.
