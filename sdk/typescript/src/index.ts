@@ -1,0 +1,101 @@
+/**
+ * kairos-agent: a TypeScript SDK for agents scheduled by kairos.
+ *
+ * - {@link Client}: typed calls over the REST API.
+ * - {@link Worker}: claims, runs, heartbeats and reports an agent's instances.
+ * - {@link verifySignature} and {@link webhookReceiver}: the push (webhook) side.
+ */
+export type { components, paths, operations } from "./api.js";
+export {
+  Client,
+  DEFAULT_TIMEOUT_MS,
+  MAX_CLAIM,
+  MAX_COMPLETIONS,
+  type CallOptions,
+  type ClaimOptions,
+  type ClientOptions,
+  type FailOptions,
+  type ListInstancesOptions,
+  type ListTasksOptions,
+  type PutLimitOptions,
+  type TraceOptions,
+  type TriggerOptions,
+} from "./client.js";
+export {
+  Forbidden,
+  Invalid,
+  KairosError,
+  NotFound,
+  Stale,
+  TooLarge,
+  TransportError,
+  Unauthorized,
+  Unavailable,
+  VersionMismatch,
+  type FieldError,
+  type Problem,
+} from "./errors.js";
+export {
+  after,
+  cron,
+  interval,
+  manual,
+  once,
+  type AfterTrigger,
+  type ApplyResult,
+  type CircuitBreaker,
+  type ClaimedInstance,
+  type Completion,
+  type CompletionResult,
+  type CronTrigger,
+  type Dispatch,
+  type Execution,
+  type Instance,
+  type InstanceDetail,
+  type InstanceEvent,
+  type InstanceStatus,
+  type IntervalTrigger,
+  type Limit,
+  type LimitDraw,
+  type LimitKey,
+  type ManualTrigger,
+  type Notify,
+  type OnceTrigger,
+  type Page,
+  type PollDispatch,
+  type Rate,
+  type RetryBackoff,
+  type Task,
+  type TaskSpec,
+  type TraceContext,
+  type Trigger,
+  type WaitingReason,
+  type WebhookDispatch,
+} from "./models.js";
+export { VERSION } from "./version.js";
+export {
+  MAX_PUSH_BYTES,
+  sign,
+  verifySignature,
+  webhookReceiver,
+  type PushRequest,
+  type PushResponse,
+  type ReceiverOptions,
+  type VerifyOptions,
+  type WebhookReceiver,
+  type WebhookStats,
+} from "./webhook.js";
+export {
+  Fatal,
+  LeaseLost,
+  MAX_RESULT_BYTES,
+  Retryable,
+  Throttled,
+  Worker,
+  stderrLogger,
+  type Handler,
+  type Job,
+  type Logger,
+  type WorkerOptions,
+  type WorkerStats,
+} from "./worker.js";
