@@ -615,17 +615,42 @@ fn key_after(t: chrono::DateTime<chrono::Utc>) -> String {
         .to_string()
 }
 
+/// How the primary is lost before its standby is promoted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PrimaryLoss {
+    /// `pg_ctl stop -m immediate`: every connection to it is cut, and it stays down.
+    Killed,
+    /// `default_transaction_read_only = on` (a fence before a switchover): it stays up and its
+    /// connections answer SQLSTATE 25006 to every write.
+    TurnedReadOnly,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failover_to_a_promoted_standby_loses_no_window_and_runs_nothing_twice() {
+    failover(PrimaryLoss::Killed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_primary_turned_read_only_is_left_for_the_promoted_standby_without_loss() {
+    failover(PrimaryLoss::TurnedReadOnly).await;
+}
+
+/// kairos over a primary and its synchronous standby (both in `database_url`), cron windows
+/// every second and a stream of manual runs claimed and completed by agents; the primary is
+/// lost as `loss` says and the standby promoted; claims resume without a restart, no window is
+/// lost or doubled, nothing runs twice.
+async fn failover(loss: PrimaryLoss) {
     let t0 = Instant::now();
     let primary = Cluster::start().await;
     let standby = primary.start_standby().await;
     require_synchronous_standby(&primary).await;
-    let url = format!(
-        "postgres://kairos@127.0.0.1:{},127.0.0.1:{}/postgres",
-        primary.port(),
-        standby.port()
-    );
+    // Killed: the primary first, so every scan meets the dead host first. Read-only: the
+    // standby first, so kairos starts by skipping a host that accepts no writes.
+    let (first, second) = match loss {
+        PrimaryLoss::Killed => (primary.port(), standby.port()),
+        PrimaryLoss::TurnedReadOnly => (standby.port(), primary.port()),
+    };
+    let url = format!("postgres://kairos@127.0.0.1:{first},127.0.0.1:{second}/postgres");
     let mut kairos = Kairos::start(
         &url,
         standby.dir(),
@@ -727,11 +752,29 @@ async fn failover_to_a_promoted_standby_loses_no_window_and_runs_nothing_twice()
         "the workers did not drain the backlog and run cron windows before the fault"
     );
 
-    phase(t0, "primary stopped -m immediate");
-    primary.stop_immediate().await;
+    match loss {
+        PrimaryLoss::Killed => {
+            phase(t0, "primary stopped -m immediate");
+            primary.stop_immediate().await;
+        }
+        PrimaryLoss::TurnedReadOnly => {
+            phase(
+                t0,
+                "primary turned read-only (default_transaction_read_only = on)",
+            );
+            let pool = connect(&primary.url()).await;
+            for sql in [
+                "alter system set default_transaction_read_only = on",
+                "select pg_reload_conf()",
+            ] {
+                sqlx::query(sql).execute(&pool).await.expect(sql);
+            }
+            pool.close().await;
+        }
+    }
     let killed = Instant::now();
     // A failover manager takes a moment to decide: kairos meanwhile finds no host that
-    // accepts writes (the standby answers read-only).
+    // accepts writes (the standby answers read-only; so does a fenced primary).
     tokio::time::sleep(Duration::from_secs(2)).await;
     standby.promote().await;
     let promoted_at = chrono::Utc::now();
@@ -764,7 +807,7 @@ async fn failover_to_a_promoted_standby_loses_no_window_and_runs_nothing_twice()
     .await;
     phase(
         t0,
-        &format!("claims of new windows and new manual runs resumed {resumed:?} after the kill"),
+        &format!("claims of new windows and new manual runs resumed {resumed:?} after the loss"),
     );
 
     // Run on the new primary for a while, then drain.
@@ -850,10 +893,14 @@ async fn failover_to_a_promoted_standby_loses_no_window_and_runs_nothing_twice()
     let twice = seen.twice();
     let manual_runs = seen.runs.keys().filter(|(t, _)| t == "fo-manual").count() as i64;
     let exited = kairos.exited();
-    let failovers = kairos
-        .problems()
+    let problems = kairos.problems();
+    let failovers = problems
         .iter()
         .filter(|l| l.contains("database failover"))
+        .count();
+    let read_only_answers = problems
+        .iter()
+        .filter(|l| l.contains("read-only transaction"))
         .count();
 
     eprintln!("---- counts ----");
@@ -883,8 +930,8 @@ async fn failover_to_a_promoted_standby_loses_no_window_and_runs_nothing_twice()
     retries.sort();
     eprintln!("retried calls: {retries:?}");
     eprintln!(
-        "resumed {resumed:?} after the kill; failovers logged {failovers}; kairos pid {pid}, \
-         exited: {exited:?}"
+        "{loss:?}: resumed {resumed:?} after the loss; failovers logged {failovers}; \
+         read-only answers logged {read_only_answers}; kairos pid {pid}, exited: {exited:?}"
     );
     kairos.print_problems(12);
 
@@ -892,7 +939,7 @@ async fn failover_to_a_promoted_standby_loses_no_window_and_runs_nothing_twice()
     assert_eq!(exited, None, "kairos (pid {pid}) exited");
     assert!(
         resumed.is_some(),
-        "new windows and new manual runs not claimed within 30 s of the kill"
+        "new windows and new manual runs not claimed within 30 s of the loss of the primary"
     );
     assert!(failovers >= 1, "kairos logged no database failover");
     assert_eq!(

@@ -10,7 +10,8 @@
 //! when the database it talks to goes away or turns read-only, and points the pool's new
 //! connections at the first host that accepts writes; connections opened before such a move,
 //! and pooled connections found read-only while the database is in doubt, are closed instead of
-//! handed out again. `target_session_attrs=any` takes the first host that answers, read-only or
+//! handed out again; so are all connections open when a statement answers SQLSTATE 25006
+//! (read-only transaction). `target_session_attrs=any` takes the first host that answers, read-only or
 //! not, and moves only when it stops answering.
 
 use std::str::FromStr;
@@ -26,6 +27,9 @@ use super::health::DbHealth;
 /// Pause between scans of the hosts while none is found that kairos may use, or while the
 /// database is unreachable.
 pub const SCAN_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Pause after refusing a new connection to a read-only server, before the pool tries again.
+const REFUSED_PAUSE: Duration = Duration::from_millis(200);
 
 /// Which server a connection may be kept on (libpq's `target_session_attrs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,6 +213,31 @@ fn parse_host(item: &str) -> Result<Host, TargetError> {
     Ok(Host { host, port })
 }
 
+/// When a statement of this process last answered SQLSTATE 25006 (read-only transaction): the
+/// server it ran on turned read-only, and so did every connection to it, whichever pool holds
+/// it. Connections opened before are closed when next handed out or given back, instead of
+/// answering 25006 again.
+static READ_ONLY_SEEN: Mutex<Option<Instant>> = Mutex::new(None);
+
+/// Note a database error: one that says the server refuses writes (SQLSTATE 25006) marks every
+/// connection open now as one not to reuse. Called where database errors are mapped
+/// ([`super::map_db_error`]).
+pub fn note_error(e: &sqlx::Error) {
+    if let sqlx::Error::Database(db) = e
+        && db.code().as_deref() == Some("25006")
+    {
+        *READ_ONLY_SEEN.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+}
+
+/// Whether a connection of this age was open when a statement last answered 25006.
+fn predates_read_only(age: Duration) -> bool {
+    READ_ONLY_SEEN
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .is_some_and(|at| age > at.elapsed())
+}
+
 /// What the pools of one URL share: the hosts, which one new connections go to, and since when.
 struct Router {
     target: Target,
@@ -228,12 +257,15 @@ impl Router {
         *self.current.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether a connection of this age was opened before new connections last moved.
+    /// Whether a connection of this age was opened before new connections last moved, or
+    /// before a statement answered that its server refuses writes.
     fn predates_move(&self, age: Duration) -> bool {
-        self.moved_at
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some_and(|at| age > at.elapsed())
+        predates_read_only(age)
+            || self
+                .moved_at
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some_and(|at| age > at.elapsed())
     }
 
     /// The first host, in order, kairos may keep connections on; `None` when none is.
@@ -286,18 +318,24 @@ impl Router {
         let closed = pool.close_event();
         tokio::pin!(closed);
         loop {
-            let down = self.health.gate();
-            let unsettled = !settled || down.is_err();
+            let reason = async {
+                if settled && let Ok(down) = self.health.gate() {
+                    // Registered before looking again, so an outage found in between wakes it.
+                    let went_down = down.notified();
+                    tokio::pin!(went_down);
+                    went_down.as_mut().enable();
+                    if self.health.unreachable().is_none() {
+                        went_down.await;
+                        return;
+                    }
+                }
+                tokio::time::sleep(SCAN_INTERVAL).await;
+            };
             tokio::select! {
                 biased;
                 _ = &mut closed => return,
                 _ = self.rescan.notified() => {}
-                _ = async {
-                    match &down {
-                        Ok(n) if !unsettled => n.notified().await,
-                        _ => tokio::time::sleep(SCAN_INTERVAL).await,
-                    }
-                } => {}
+                _ = reason => {}
             }
             match self.scan().await {
                 Some(i) => {
@@ -343,7 +381,8 @@ pub async fn read_only(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
 }
 
 /// The check of a pooled connection before it is handed out or kept: `Ok(false)` closes it. A
-/// connection opened before new connections moved to another host is closed; while the
+/// connection opened before new connections moved to another host, or before a statement
+/// answered 25006 (read-only), is closed; while the
 /// database is in doubt, one that does not answer within `check_timeout`, or whose server
 /// refuses writes, is too (the scan is then asked to look for the host that takes them).
 async fn keep(
@@ -420,6 +459,8 @@ pub async fn connect(
             Box::pin(async move {
                 if attrs == SessionAttrs::ReadWrite && read_only(conn).await? {
                     router.rescan.notify_one();
+                    // sqlx retries at once (and logs each refusal): give the scan a moment.
+                    tokio::time::sleep(REFUSED_PAUSE).await;
                     return Err(sqlx::Error::Io(std::io::Error::other(format!(
                         "database host {} accepts no writes (transaction_read_only is on); \
                          target_session_attrs=read-write looks for the one that does",

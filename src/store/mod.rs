@@ -317,8 +317,10 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Map a database error to [`Error`] once: unique violations become conflicts, data exceptions
-/// (a value the database cannot store or compute with) become invalid input.
+/// (a value the database cannot store or compute with) become invalid input. A read-only
+/// answer (25006) also retires the connections open now ([`connect::note_error`]).
 pub fn map_db_error(e: sqlx::Error) -> Error {
+    connect::note_error(&e);
     match &e {
         sqlx::Error::RowNotFound => Error::NotFound,
         sqlx::Error::Database(db) if db.is_unique_violation() => {
