@@ -809,6 +809,13 @@ async fn failover(loss: PrimaryLoss) {
         t0,
         &format!("claims of new windows and new manual runs resumed {resumed:?} after the loss"),
     );
+    if resumed.is_none() {
+        kairos.print_problems(12);
+    }
+    assert!(
+        resumed.is_some(),
+        "new windows and new manual runs not claimed within 30 s of the loss of the primary"
+    );
 
     // Run on the new primary for a while, then drain.
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -937,10 +944,6 @@ async fn failover(loss: PrimaryLoss) {
 
     assert!(seen.fatal.is_empty(), "a worker stopped: {:?}", seen.fatal);
     assert_eq!(exited, None, "kairos (pid {pid}) exited");
-    assert!(
-        resumed.is_some(),
-        "new windows and new manual runs not claimed within 30 s of the loss of the primary"
-    );
     assert!(failovers >= 1, "kairos logged no database failover");
     assert_eq!(
         per_task.len(),
