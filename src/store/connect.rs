@@ -370,21 +370,23 @@ async fn usable(conn: &mut PgConnection, attrs: SessionAttrs) -> Result<bool, sq
     }
 }
 
+/// Asks whether the session's server refuses writes. Sent as a simple query (no prepared
+/// statement), so it also works through a pooler that keeps none.
+const READ_ONLY_SQL: &str = "select current_setting('transaction_read_only')";
+
 /// Whether the server behind `conn` refuses writes now (`transaction_read_only`: on a standby,
 /// or with `default_transaction_read_only` set): a statement that writes would answer SQLSTATE
 /// 25006. One round trip, so it doubles as a ping.
 pub async fn read_only(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
-    let v: String = sqlx::query_scalar("select current_setting('transaction_read_only')")
-        .fetch_one(&mut *conn)
-        .await?;
-    Ok(v == "on")
+    let row = sqlx::Executor::fetch_one(&mut *conn, READ_ONLY_SQL).await?;
+    Ok(sqlx::Row::try_get::<String, _>(&row, 0)? == "on")
 }
 
 /// The check of a pooled connection before it is handed out or kept: `Ok(false)` closes it. A
 /// connection opened before new connections moved to another host, or before a statement
-/// answered 25006 (read-only), is closed; while the
-/// database is in doubt, one that does not answer within `check_timeout`, or whose server
-/// refuses writes, is too (the scan is then asked to look for the host that takes them).
+/// answered 25006 (read-only), is closed. While the database is in doubt, so is one that does
+/// not answer within `check_timeout`, or (with `read-write`) whose server refuses writes; the
+/// scan is then asked to look for the host that takes them.
 async fn keep(
     router: &Router,
     conn: &mut PgConnection,
@@ -396,9 +398,9 @@ async fn keep(
     if !router.health.in_doubt() {
         return Ok(true);
     }
-    match tokio::time::timeout(router.check_timeout, read_only(conn)).await {
-        Ok(Ok(false)) => Ok(true),
-        Ok(Ok(true)) => {
+    match tokio::time::timeout(router.check_timeout, usable(conn, router.target.attrs)).await {
+        Ok(Ok(true)) => Ok(true),
+        Ok(Ok(false)) => {
             router.rescan.notify_one();
             Ok(false)
         }
@@ -509,10 +511,8 @@ pub async fn listen(pool: &PgPool, channel: &str) -> Result<PgListener, sqlx::Er
 /// left on a primary that turned read-only would hear nothing after a failover). The caller
 /// bounds the wait.
 pub async fn check_listener(listener: &mut PgListener) -> Result<(), sqlx::Error> {
-    let v: String = sqlx::query_scalar("select current_setting('transaction_read_only')")
-        .fetch_one(&mut *listener)
-        .await?;
-    if v == "on" {
+    let row = sqlx::Executor::fetch_one(&mut *listener, READ_ONLY_SQL).await?;
+    if sqlx::Row::try_get::<String, _>(&row, 0)? == "on" {
         return Err(sqlx::Error::Io(std::io::Error::other(
             "the LISTEN connection's server accepts no writes (transaction_read_only is on)",
         )));
