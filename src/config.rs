@@ -87,8 +87,9 @@ impl PartialEq<&str> for DatabaseUrl {
 /// A database URL with its passwords hidden, for messages and logs: the password of the user
 /// info and the value of every query parameter whose name holds `password` (`password`,
 /// `sslpassword`) become `***`; the user, host, port, database and other parameters stay, so a
-/// message still says which server it means. A string the URL parser refuses has everything
-/// between `://` and its last `@` hidden, and every `password…=` value.
+/// message still says which server it means. A string the URL parser refuses (one naming
+/// several hosts, `h1:5432,h2:5432`) has everything between the first `:` after `://` and the
+/// last `@` hidden, and every `password…=` value.
 ///
 /// The one redactor of database URLs: the daemon's messages, `Config`'s `Debug` and
 /// `kairos-bench` use it. (Webhook and notification URLs shown to non-admins are cut to their
@@ -125,10 +126,13 @@ pub fn redact_database_url(url: &str) -> String {
                 Some((h, q)) => (h.to_owned(), Some(redact_query(q))),
                 None => (url.to_owned(), None),
             };
+            // The user stays: the password is what follows its `:` (a URL naming several
+            // hosts, `h1:5432,h2:5432`, is not one the parser takes).
             if let (Some(s), Some(at)) = (head.find("://"), head.rfind('@'))
                 && at > s
+                && let Some(colon) = head[s + 3..at].find(':')
             {
-                head.replace_range(s + 3..at, HIDDEN);
+                head.replace_range(s + 3 + colon + 1..at, HIDDEN);
             }
             match query {
                 Some(q) => format!("{head}?{q}"),
@@ -436,6 +440,8 @@ impl Config {
                 "must be a postgres:// or postgresql:// URL",
             ));
         }
+        crate::store::connect::Target::parse(&self.database_url)
+            .map_err(|e| invalid("database_url", e.0))?;
         if !(1..=16).contains(&self.trigger_parallelism) {
             return Err(invalid("trigger_parallelism", "must be from 1 to 16"));
         }
@@ -673,14 +679,56 @@ mod tests {
                 "postgresql://u:p%40ss@[::1]:5433/db?PASSWORD=s3cret&sslpassword=s3cret&application_name=k",
                 "postgresql://u:***@[::1]:5433/db?PASSWORD=***&sslpassword=***&application_name=k",
             ),
-            // Not a URL the parser takes (a bad port): the user info and password values still go.
+            // Not a URL the parser takes (a bad port): the password and password values still go.
             (
                 "postgres://kairos:s3cret@db:99999/kairos?password=s3cret",
-                "postgres://***@db:99999/kairos?password=***",
+                "postgres://kairos:***@db:99999/kairos?password=***",
+            ),
+            // Several hosts (libpq style): the parser takes none of them.
+            (
+                "postgres://kairos:s3:cr@t@h1:5432,h2:5433/kairos?target_session_attrs=read-write",
+                "postgres://kairos:***@h1:5432,h2:5433/kairos?target_session_attrs=read-write",
+            ),
+            (
+                "postgres://kairos@h1:1,h2/kairos",
+                "postgres://kairos@h1:1,h2/kairos",
             ),
         ];
         for (url, shown) in cases {
             assert_eq!(redact_database_url(url), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn database_url_may_name_several_hosts_and_refuses_other_session_attrs() {
+        let cfg = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            (
+                "KAIROS_DATABASE_URL",
+                "postgres://u:p@h1:5432,h2:5433/db?target_session_attrs=any",
+            ),
+        ])
+        .expect("several hosts are valid");
+        assert_eq!(
+            cfg.database_url,
+            "postgres://u:p@h1:5432,h2:5433/db?target_session_attrs=any"
+        );
+        for (url, says) in [
+            (
+                "postgres://u:s3cret@h1,h2/db?target_session_attrs=read-only",
+                "target_session_attrs",
+            ),
+            ("postgres://u:s3cret@h1:5432,h2:x/db", "invalid port number"),
+        ] {
+            let e = load(&[
+                ("KAIROS_CONFIG", "config/kairos.toml"),
+                ("DATABASE_URL", url),
+            ])
+            .expect_err(url)
+            .to_string();
+            assert!(e.starts_with("database_url: "), "{e}");
+            assert!(e.contains(says), "{e}");
+            assert!(!e.contains("s3cret"), "{e}");
         }
     }
 

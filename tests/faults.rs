@@ -576,3 +576,400 @@ async fn long_polls_wake_within_3s_after_the_database_returns() {
         "the waiting long poll got the manual run {lag:?} after it was created"
     );
 }
+
+const FAILOVER_CRON_TASKS: usize = 8;
+
+/// Make `primary` wait on every commit for its standby (`synchronous_standby_names = '*'`), and
+/// wait until the standby is synchronous: what the primary acknowledged, the standby has.
+async fn require_synchronous_standby(primary: &Cluster) {
+    let pool = connect(&primary.url()).await;
+    sqlx::query("alter system set synchronous_standby_names = '*'")
+        .execute(&pool)
+        .await
+        .expect("set synchronous_standby_names");
+    sqlx::query("select pg_reload_conf()")
+        .execute(&pool)
+        .await
+        .expect("reload the configuration");
+    let sync = within(Duration::from_secs(30), || {
+        let pool = pool.clone();
+        async move {
+            let n: i64 = sqlx::query_scalar(
+                "select count(*) from pg_stat_replication where sync_state = 'sync'",
+            )
+            .fetch_one(&pool)
+            .await
+            .ok()?;
+            (n == 1).then_some(())
+        }
+    })
+    .await;
+    assert!(sync.is_some(), "the standby did not become synchronous");
+    pool.close().await;
+}
+
+/// The window key of the second after `t` (keys are RFC 3339 instants, UTC, whole seconds).
+fn key_after(t: chrono::DateTime<chrono::Utc>) -> String {
+    (t + chrono::Duration::seconds(1))
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// How the primary is lost before its standby is promoted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PrimaryLoss {
+    /// `pg_ctl stop -m immediate`: every connection to it is cut, and it stays down.
+    Killed,
+    /// `default_transaction_read_only = on` (a fence before a switchover): it stays up and its
+    /// connections answer SQLSTATE 25006 to every write.
+    TurnedReadOnly,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failover_to_a_promoted_standby_loses_no_window_and_runs_nothing_twice() {
+    failover(PrimaryLoss::Killed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_primary_turned_read_only_is_left_for_the_promoted_standby_without_loss() {
+    failover(PrimaryLoss::TurnedReadOnly).await;
+}
+
+/// kairos over a primary and its synchronous standby (both in `database_url`), cron windows
+/// every second and a stream of manual runs claimed and completed by agents; the primary is
+/// lost as `loss` says and the standby promoted; claims resume without a restart, no window is
+/// lost or doubled, nothing runs twice.
+async fn failover(loss: PrimaryLoss) {
+    let t0 = Instant::now();
+    let primary = Cluster::start().await;
+    let standby = primary.start_standby().await;
+    require_synchronous_standby(&primary).await;
+    // Killed: the primary first, so every scan meets the dead host first. Read-only: the
+    // standby first, so kairos starts by skipping a host that accepts no writes.
+    let (first, second) = match loss {
+        PrimaryLoss::Killed => (primary.port(), standby.port()),
+        PrimaryLoss::TurnedReadOnly => (standby.port(), primary.port()),
+    };
+    let url = format!("postgres://kairos@127.0.0.1:{first},127.0.0.1:{second}/postgres");
+    let mut kairos = Kairos::start(
+        &url,
+        standby.dir(),
+        &[("KAIROS_DATABASE_UNAVAILABLE_ANSWER_MS", "1000")],
+    )
+    .await;
+    let http = client(Duration::from_secs(5));
+    phase(
+        t0,
+        "primary, synchronous standby and kairos (both hosts) up",
+    );
+
+    // A window every second per task; catch-up `all` with a grace longer than the outage keeps
+    // every window of the failover on time, `queue` keeps one due behind an unfinished one.
+    for i in 0..FAILOVER_CRON_TASKS {
+        let (status, body) = send_until(
+            &http,
+            reqwest::Method::PUT,
+            &kairos.url(&format!("/v1/tasks/fo-c{i:02}")),
+            &json!({
+                "agent_id": "fo",
+                "trigger": {"type": "cron", "expr": "* * * * * *", "timezone": "UTC"},
+                "execution": {"misfire_grace_seconds": 300, "catchup": "all",
+                              "overlap": "queue", "concurrency_limit": 1},
+            }),
+            &[201],
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let (status, body) = send_until(
+        &http,
+        reqwest::Method::PUT,
+        &kairos.url("/v1/tasks/fo-manual"),
+        &json!({"agent_id": "fo", "trigger": {"type": "manual"},
+                "execution": {"concurrency_limit": 20}}),
+        &[201],
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+
+    // Manual instances, each with its own key (a retried trigger is then the same instance):
+    // a backlog at once, then a steady stream through the failover.
+    let produced = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let stop_producing = tokio_util::sync::CancellationToken::new();
+    let producer = {
+        let produced = produced.clone();
+        let stop = stop_producing.clone();
+        let url = kairos.url("/v1/tasks/fo-manual/trigger");
+        let http = http.clone();
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.is_cancelled() {
+                send_until(
+                    &http,
+                    reqwest::Method::POST,
+                    &url,
+                    &json!({"window_key": format!("m-{n:06}")}),
+                    &[200, 201],
+                    Duration::from_secs(60),
+                )
+                .await;
+                n += 1;
+                produced.store(n, std::sync::atomic::Ordering::SeqCst);
+                if n > 300 {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        })
+    };
+    let runs = Arc::new(Runs::default());
+    let workers = Workers::start(
+        &AgentConfig {
+            base: kairos.base.clone(),
+            agent_id: "fo".to_owned(),
+            max_instances: 10,
+            lease_seconds: 10,
+            wait_seconds: 1,
+            timeout: Duration::from_secs(3),
+        },
+        4,
+        &runs,
+    );
+    let pid = kairos.pid();
+    let warm = within(Duration::from_secs(30), || {
+        let runs = runs.clone();
+        async move {
+            let s = runs.snapshot();
+            let manual = s.runs.keys().filter(|(t, _)| t == "fo-manual").count();
+            (manual >= 300 && s.runs.len() >= manual + 3 * FAILOVER_CRON_TASKS).then_some(())
+        }
+    })
+    .await;
+    runs.assert_no_fatal();
+    assert!(
+        warm.is_some(),
+        "the workers did not drain the backlog and run cron windows before the fault"
+    );
+
+    match loss {
+        PrimaryLoss::Killed => {
+            phase(t0, "primary stopped -m immediate");
+            primary.stop_immediate().await;
+        }
+        PrimaryLoss::TurnedReadOnly => {
+            phase(
+                t0,
+                "primary turned read-only (default_transaction_read_only = on)",
+            );
+            let pool = connect(&primary.url()).await;
+            for sql in [
+                "alter system set default_transaction_read_only = on",
+                "select pg_reload_conf()",
+            ] {
+                sqlx::query(sql).execute(&pool).await.expect(sql);
+            }
+            pool.close().await;
+        }
+    }
+    let killed = Instant::now();
+    // A failover manager takes a moment to decide: kairos meanwhile finds no host that
+    // accepts writes (the standby answers read-only; so does a fenced primary).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    standby.promote().await;
+    let promoted_at = chrono::Utc::now();
+    let manual_at_promotion = produced.load(std::sync::atomic::Ordering::SeqCst);
+    phase(t0, "standby promoted");
+
+    // Claims and new windows resume without restarting kairos.
+    let first_new_window = key_after(promoted_at);
+    let resumed = within(
+        Duration::from_secs(30).saturating_sub(killed.elapsed()),
+        || {
+            let runs = runs.clone();
+            let first_new_window = first_new_window.clone();
+            async move {
+                let s = runs.snapshot();
+                let window = s
+                    .runs
+                    .keys()
+                    .any(|(t, w)| t.starts_with("fo-c") && *w >= first_new_window);
+                let manual = s.runs.keys().any(|(t, w)| {
+                    t == "fo-manual"
+                        && w.strip_prefix("m-")
+                            .and_then(|n| n.parse::<u64>().ok())
+                            .is_some_and(|n| n > manual_at_promotion)
+                });
+                (window && manual).then(|| killed.elapsed())
+            }
+        },
+    )
+    .await;
+    phase(
+        t0,
+        &format!("claims of new windows and new manual runs resumed {resumed:?} after the loss"),
+    );
+    if resumed.is_none() {
+        kairos.print_problems(12);
+    }
+    assert!(
+        resumed.is_some(),
+        "new windows and new manual runs not claimed within 30 s of the loss of the primary"
+    );
+
+    // Run on the new primary for a while, then drain.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    stop_producing.cancel();
+    producer.await.expect("producer task");
+    let produced = produced.load(std::sync::atomic::Ordering::SeqCst);
+    let pool = connect(&standby.url()).await;
+    let cutoff: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("select now() - interval '2 seconds'")
+            .fetch_one(&pool)
+            .await
+            .expect("database clock");
+    let undrained = |pool: PgPool| async move {
+        let n: i64 = sqlx::query_scalar(
+            "select count(*) from task_instance \
+             where task_id like 'fo-%' and scheduled_at <= $1 and status <> 'SUCCESS'",
+        )
+        .bind(cutoff)
+        .fetch_one(&pool)
+        .await
+        .expect("count undrained");
+        n
+    };
+    let drained = within(Duration::from_secs(30), || {
+        let pool = pool.clone();
+        async move { (undrained(pool).await == 0).then_some(()) }
+    })
+    .await
+    .is_some();
+    phase(t0, &format!("drained: {drained}; stopping the workers"));
+    workers.stop(Duration::from_secs(20)).await;
+    let seen = runs.snapshot();
+
+    // Cron windows: from each task's first to its last, one row per second, each once.
+    let per_task: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+        "select task_id, count(*), count(distinct window_key), \
+             extract(epoch from max(scheduled_at) - min(scheduled_at))::bigint + 1 \
+         from task_instance where task_id like 'fo-c%' group by task_id order by task_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("windows per task");
+    let windows: i64 = per_task.iter().map(|r| r.1).sum();
+    let lost: i64 = per_task.iter().map(|r| r.3 - r.1).sum();
+    let duplicate_keys: i64 = per_task.iter().map(|r| r.1 - r.2).sum();
+    let during_outage = scalar(
+        &pool,
+        "select count(*) from task_instance where task_id like 'fo-c%' \
+         and scheduled_at > (select min(started_at) from db_unreachable) \
+         and scheduled_at < (select max(ended_at) from db_unreachable)",
+    )
+    .await;
+    let manual_rows = scalar(
+        &pool,
+        "select count(*) from task_instance where task_id = 'fo-manual'",
+    )
+    .await;
+    let manual_success = scalar(
+        &pool,
+        "select count(*) from task_instance where task_id = 'fo-manual' and status = 'SUCCESS'",
+    )
+    .await;
+    let skipped = scalar(
+        &pool,
+        "select count(*) from task_instance where task_id like 'fo-%' and status = 'SKIPPED'",
+    )
+    .await;
+    let statuses: Vec<(String, String, i64)> = sqlx::query_as(
+        "select status, source, count(*) from task_instance where task_id like 'fo-%' \
+         group by 1, 2 order by 1, 2",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("statuses");
+    let outages: Vec<(String, f64)> = sqlx::query_as(
+        "select node_id, extract(epoch from ended_at - started_at)::float8 from db_unreachable",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("outages");
+    let not_drained = undrained(pool.clone()).await;
+    let twice = seen.twice();
+    let manual_runs = seen.runs.keys().filter(|(t, _)| t == "fo-manual").count() as i64;
+    let exited = kairos.exited();
+    let problems = kairos.problems();
+    let failovers = problems
+        .iter()
+        .filter(|l| l.contains("database failover"))
+        .count();
+    let read_only_answers = problems
+        .iter()
+        .filter(|l| l.contains("read-only transaction"))
+        .count();
+
+    eprintln!("---- counts ----");
+    eprintln!(
+        "cron tasks {}; windows {windows}; lost {lost}; duplicate keys {duplicate_keys}; \
+         windows scheduled during the outage {during_outage}; skipped {skipped}; not drained \
+         by the cutoff {not_drained}",
+        per_task.len()
+    );
+    eprintln!(
+        "manual: triggered {produced} ({manual_at_promotion} before the promotion); rows \
+         {manual_rows}; SUCCESS {manual_success}; run by the workers {manual_runs}"
+    );
+    eprintln!("statuses (status, source, count): {statuses:?}; outages recorded {outages:?}");
+    eprintln!(
+        "worker runs {} over {} (task, window); run twice {}; received with attempt > 1 {}; \
+         completions refused 409 {}; claims answered {}; completions answered {}",
+        seen.total_runs(),
+        seen.runs.len(),
+        twice.len(),
+        seen.retried.len(),
+        seen.lost_leases.len(),
+        seen.claims_ok,
+        seen.completions_ok
+    );
+    let mut retries: Vec<_> = seen.retries.iter().collect();
+    retries.sort();
+    eprintln!("retried calls: {retries:?}");
+    eprintln!(
+        "{loss:?}: resumed {resumed:?} after the loss; failovers logged {failovers}; \
+         read-only answers logged {read_only_answers}; kairos pid {pid}, exited: {exited:?}"
+    );
+    kairos.print_problems(12);
+
+    assert!(seen.fatal.is_empty(), "a worker stopped: {:?}", seen.fatal);
+    assert_eq!(exited, None, "kairos (pid {pid}) exited");
+    assert!(failovers >= 1, "kairos logged no database failover");
+    assert_eq!(
+        per_task.len(),
+        FAILOVER_CRON_TASKS,
+        "every task has windows"
+    );
+    assert_eq!(lost, 0, "windows missing between a task's first and last");
+    assert_eq!(duplicate_keys, 0);
+    assert_eq!(skipped, 0, "windows recorded SKIPPED instead of run");
+    assert_eq!(
+        manual_rows, produced as i64,
+        "one manual instance per key triggered"
+    );
+    assert_eq!(manual_success, manual_rows, "every manual instance ran");
+    assert_eq!(manual_runs, manual_rows, "the workers ran every manual key");
+    assert!(
+        twice.is_empty(),
+        "(task, window) run twice by the workers: {} e.g. {:?}; lost leases {:?}",
+        twice.len(),
+        twice.iter().take(5).collect::<Vec<_>>(),
+        seen.lost_leases.iter().take(5).collect::<Vec<_>>()
+    );
+    assert!(seen.lost_leases.is_empty(), "{:?}", seen.lost_leases);
+    assert!(
+        drained,
+        "{not_drained} instances due before the cutoff not SUCCESS"
+    );
+    pool.close().await;
+}

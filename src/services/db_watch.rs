@@ -1,5 +1,5 @@
 //! The database watch: probes the database every [`PROBE_INTERVAL`] (more often while it is
-//! unreachable) with a bounded `select 1`, and keeps [`DbHealth`] current, so the API answers
+//! unreachable) with a bounded check that it answers and accepts writes, and keeps [`DbHealth`] current, so the API answers
 //! 503 at once during an outage and `/readyz` says why. When the database comes back it records
 //! the outage in `db_unreachable` (the reaper does not charge leases that expired during it to
 //! their agents) and wakes every waiting claim, since notifications sent meanwhile may be lost.
@@ -51,9 +51,19 @@ impl DbWatch {
 
     /// One probe; returns whether the database answered.
     pub async fn run_once(&self) -> bool {
-        let probe = sqlx::query("select 1").execute(&self.pool);
+        let probe = async {
+            let mut conn = self.pool.acquire().await?;
+            store::connect::read_only(&mut conn).await
+        };
         let failure = match tokio::time::timeout(self.probe_timeout, probe).await {
-            Ok(Ok(_)) => None,
+            Ok(Ok(false)) => None,
+            // A standby, or a primary turned read-only: every write would fail (SQLSTATE
+            // 25006). Reported as an outage, so writes answer 503 at once, pooled connections
+            // are checked (and those to this server closed), and the pools look for the host
+            // that accepts writes.
+            Ok(Ok(true)) => {
+                Some("the database accepts no writes (transaction_read_only is on)".to_owned())
+            }
             Ok(Err(e)) => Some(super::error_chain(&e)),
             Err(_) => Some(format!(
                 "no answer within {} ms",

@@ -612,14 +612,8 @@ impl TriggerLoop {
                 staging = None;
             }
             if listener.is_none() {
-                listener = match PgListener::connect_with(&self.pool).await {
-                    Ok(mut l) => match l.listen(TASKS_CHANNEL).await {
-                        Ok(()) => Some(l),
-                        Err(e) => {
-                            tracing::warn!(error = %error_chain(&e), "trigger loop cannot LISTEN; will poll");
-                            None
-                        }
-                    },
+                listener = match store::connect::listen(&self.pool, TASKS_CHANNEL).await {
+                    Ok(l) => Some(l),
                     Err(e) => {
                         tracing::warn!(error = %error_chain(&e), "trigger loop cannot LISTEN; will poll");
                         None
@@ -656,6 +650,9 @@ impl TriggerLoop {
                     errors = errors.saturating_add(1);
                     let wait = error_backoff(errors);
                     tracing::error!(error = %error_chain(&e), retry_in_ms = wait.as_millis() as u64, "trigger pass failed");
+                    // The database may have failed over: listen again where the pool now
+                    // connects (a listener left on a server that turned read-only hears nothing).
+                    listener = None;
                     wait
                 }
             };

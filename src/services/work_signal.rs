@@ -32,7 +32,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 use tokio::sync::futures::Notified;
 use tokio::sync::{Notify, broadcast};
 use tokio::time::Instant;
@@ -251,25 +250,17 @@ impl WorkSignal {
     pub async fn run(self, pool: PgPool, shutdown: CancellationToken) {
         let mut errors = 0u32;
         loop {
-            let mut listener = match PgListener::connect_with(&pool).await {
+            let mut listener = match crate::store::connect::listen(&pool, WORK_CHANNEL).await {
                 Ok(l) => l,
                 Err(e) => {
                     errors = errors.saturating_add(1);
-                    tracing::warn!(error = %error_chain(&e), "work signal cannot connect; claims fall back to polling");
+                    tracing::warn!(error = %error_chain(&e), "work signal cannot LISTEN; claims fall back to polling");
                     if sleep_or_stop(&shutdown, error_backoff(errors)).await {
                         return;
                     }
                     continue;
                 }
             };
-            if let Err(e) = listener.listen(WORK_CHANNEL).await {
-                errors = errors.saturating_add(1);
-                tracing::warn!(error = %error_chain(&e), "work signal cannot LISTEN");
-                if sleep_or_stop(&shutdown, error_backoff(errors)).await {
-                    return;
-                }
-                continue;
-            }
             errors = 0;
             // Anything sent while we were not listening is lost: let every waiter look again.
             self.wake_all();
@@ -292,10 +283,11 @@ impl WorkSignal {
                             break;
                         }
                     },
-                    // A connection the network went silent on delivers nothing and reports
-                    // nothing: after a quiet spell, ask it to answer within a bound.
+                    // A connection the network went silent on, or one left on a server that
+                    // turned read-only, delivers nothing and reports nothing: after a quiet
+                    // spell, ask it to answer within a bound, from a server that takes writes.
                     _ = tokio::time::sleep(LISTEN_CHECK) => {
-                        let ping = sqlx::query("select 1").execute(&mut listener);
+                        let ping = crate::store::connect::check_listener(&mut listener);
                         if !matches!(tokio::time::timeout(LISTEN_CHECK_TIMEOUT, ping).await, Ok(Ok(_))) {
                             metrics::counter!("kairos_listen_reconnects_total", "channel" => WORK_CHANNEL).increment(1);
                             tracing::warn!(channel = WORK_CHANNEL, reason = "LISTEN connection did not answer a check", "work signal reconnecting; waking every waiting claim");

@@ -1,6 +1,7 @@
 //! The only place with SQL. One file per table, plus `claim` (the claim path over
 //! `task_instance` and `tasks`), `circuit` (circuit breakers, opened where failures are
-//! recorded) and `group_commit` (single calls sharing transactions);
+//! recorded), `group_commit` (single calls sharing transactions) and `connect` (the pools and
+//! LISTEN connections over one or several hosts, following a failover);
 //! functions are `verb_object(conn, params)` and return domain types. Functions that must compose into one transaction take a
 //! `&mut PgConnection`; the rest take the pool.
 
@@ -8,6 +9,7 @@ pub mod circuit;
 pub mod claim;
 pub mod claim_answers;
 pub mod claim_rounds;
+pub mod connect;
 pub mod console;
 pub mod events;
 pub mod group_commit;
@@ -18,10 +20,11 @@ pub mod outbox;
 pub mod tasks;
 pub mod waiting;
 
-use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgConnection, PgPool};
 
 use crate::domain::instance::{Event, InstanceStatus, legal_sources};
+
+pub use connect::connect;
 
 /// Embedded migrations. sqlx takes a PostgreSQL advisory lock while applying them, so several
 /// replicas starting at once apply each migration exactly once.
@@ -314,8 +317,10 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Map a database error to [`Error`] once: unique violations become conflicts, data exceptions
-/// (a value the database cannot store or compute with) become invalid input.
+/// (a value the database cannot store or compute with) become invalid input. A read-only
+/// answer (25006) also retires the connections open now ([`connect::note_error`]).
 pub fn map_db_error(e: sqlx::Error) -> Error {
+    connect::note_error(&e);
     match &e {
         sqlx::Error::RowNotFound => Error::NotFound,
         sqlx::Error::Database(db) if db.is_unique_violation() => {
@@ -419,39 +424,6 @@ impl DbSettings {
         }
         out
     }
-}
-
-/// Connect a pool of at most `max_connections` with `settings`. While `health` is in doubt (an
-/// outage, a call that timed out), every connection returned to the pool is pinged within
-/// `ping_timeout` and closed when it does not answer, so a connection the network black-holed
-/// is never handed out again (sqlx's own check on return waits without a bound).
-pub async fn connect(
-    url: &str,
-    max_connections: u32,
-    settings: &DbSettings,
-    health: health::DbHealth,
-) -> Result<PgPool, sqlx::Error> {
-    let options: sqlx::postgres::PgConnectOptions = url.parse()?;
-    let options = options.options(settings.session_options());
-    let ping_timeout = settings.ping_timeout;
-    Ok(PgPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(settings.acquire_timeout)
-        .after_release(move |conn, _meta| {
-            let in_doubt = health.in_doubt();
-            Box::pin(async move {
-                if !in_doubt {
-                    return Ok(true);
-                }
-                use sqlx::Connection;
-                match tokio::time::timeout(ping_timeout, conn.ping()).await {
-                    Ok(Ok(())) => Ok(true),
-                    Ok(Err(e)) => Err(e),
-                    Err(_) => Err(sqlx::Error::PoolTimedOut),
-                }
-            })
-        })
-        .connect_lazy_with(options))
 }
 
 /// Whether a database error is the database being unavailable or this transaction losing a

@@ -1,6 +1,7 @@
 //! A private PostgreSQL cluster per test: `initdb` into a fresh directory, TCP on 127.0.0.1 only,
 //! `fsync = off`; started, restarted, stopped with `pg_ctl` on demand. As root the cluster
-//! belongs to and runs as `postgres` (PostgreSQL refuses to run as root). Dropping it stops the
+//! belongs to and runs as `postgres` (PostgreSQL refuses to run as root). A cluster can have a
+//! streaming standby (`pg_basebackup -R`), promoted with `pg_ctl promote`. Dropping it stops the
 //! cluster at once and removes its directory.
 
 use std::path::{Path, PathBuf};
@@ -117,7 +118,8 @@ impl Cluster {
             .expect("cluster start task")
     }
 
-    fn start_blocking() -> Cluster {
+    /// A directory for a new cluster, owned by the cluster's owner; nothing in it yet.
+    fn empty() -> Cluster {
         static SEQ: AtomicU32 = AtomicU32::new(0);
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -129,7 +131,7 @@ impl Cluster {
             SEQ.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&root).expect("create the cluster directory");
-        let mut cluster = Cluster {
+        let cluster = Cluster {
             tools: Tools {
                 data: root.join("data"),
                 log: root.join("postgres.log"),
@@ -147,6 +149,79 @@ impl Cluster {
                 .expect("run chown");
             assert!(status.success(), "chown {owner} {}", cluster.root.display());
         }
+        cluster
+    }
+
+    /// Start a streaming standby of this (running) cluster: `pg_basebackup -R` (which writes
+    /// `primary_conninfo` and `standby.signal`), on a port of its own, hot standby (it answers
+    /// read-only queries). The primary does not wait for it on commit until its
+    /// `synchronous_standby_names` names it.
+    pub async fn start_standby(&self) -> Cluster {
+        let primary_port = self.port;
+        tokio::task::spawn_blocking(move || {
+            let mut standby = Cluster::empty();
+            let port = primary_port.to_string();
+            let data = standby.tools.data.to_string_lossy().into_owned();
+            let out = standby.tools.pg(
+                "pg_basebackup",
+                &[
+                    "--host=127.0.0.1",
+                    "--port",
+                    &port,
+                    "--username",
+                    SUPERUSER,
+                    "--pgdata",
+                    &data,
+                    "--write-recovery-conf",
+                    "--wal-method=stream",
+                    "--checkpoint=fast",
+                    "--no-sync",
+                ],
+            );
+            assert!(out.status.success(), "pg_basebackup: {}", describe(&out));
+            standby.port = free_port();
+            standby.configure();
+            let out = standby.tools.pg_ctl(&["start", "--wait", "--timeout=60"]);
+            assert!(
+                out.status.success(),
+                "standby did not start: {}\n{}",
+                describe(&out),
+                standby.log_tail(20)
+            );
+            standby
+        })
+        .await
+        .expect("standby start task")
+    }
+
+    /// `pg_ctl promote`: the standby stops replaying and accepts writes.
+    pub async fn promote(&self) {
+        let out = self
+            .pg_ctl_async(&["promote", "--wait", "--timeout=60"])
+            .await;
+        assert!(
+            out.status.success(),
+            "pg_ctl promote: {}\n{}",
+            describe(&out),
+            self.log_tail(20)
+        );
+    }
+
+    /// `pg_ctl stop -m immediate`: the server dies as in a crash and stays down.
+    pub async fn stop_immediate(&self) {
+        let out = self
+            .pg_ctl_async(&["stop", "--mode=immediate", "--wait", "--timeout=60"])
+            .await;
+        assert!(
+            out.status.success(),
+            "pg_ctl stop: {}\n{}",
+            describe(&out),
+            self.log_tail(20)
+        );
+    }
+
+    fn start_blocking() -> Cluster {
+        let mut cluster = Cluster::empty();
         let out = cluster.tools.pg(
             "initdb",
             &[
