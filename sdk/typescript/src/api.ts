@@ -476,7 +476,7 @@ export interface paths {
          *     exactly as the single complete, so a stale token fails only its own item (`409`, nothing
          *     written for it, never overwriting a newer attempt) while the other items commit.
          *
-         *     **Body.** `{"completions": [{"id", "lease_token", "result"?}, …]}` with 1–500 items (items
+         *     **Body.** `{"completions": [{"id", "lease_token", "result"?, "traceparent"?}, …]}` with 1–500 items (items
          *     from several claims may be combined). Validation stops at the first problem (one entry in
          *     `errors`), items in order and, within an item, unknown field, then `id`, then
          *     `lease_token`, then `result`:
@@ -1908,6 +1908,19 @@ export interface components {
             context: {
                 [key: string]: unknown;
             };
+            /**
+             * @description W3C Trace Context of this claim: the trace of the window (the trace id of the
+             *     `traceparent` of the manual trigger that created it, else a new trace per window,
+             *     as every scheduled window is, whose id is the instance id without dashes) and this claim's span id (new for every claim). Run the work as a child
+             *     of it and send a child's `traceparent` with `complete`/`fail`. Always present.
+             * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-5d3e1a9b2c7f4e60-01
+             */
+            traceparent: string;
+            /**
+             * @description The `tracestate` that came with the window's `traceparent`, when there was one; absent otherwise.
+             * @example vendor=opaque
+             */
+            tracestate?: string;
         };
         ClaimResponse: {
             /** @description The instances taken (RUNNING), oldest `available_at` first; empty after `wait_seconds` without work. */
@@ -1936,6 +1949,8 @@ export interface components {
                 lease_token: components["schemas"]["LeaseToken"];
                 /** @description Any JSON value, at most 65536 bytes serialized (else `413`). Absent or `null` stores `null`. */
                 result?: unknown;
+                /** @description The W3C `traceparent` of the span that did this item's work (the parent of its completion span); overrides the request's `traceparent` header for this item. An invalid one is ignored. */
+                traceparent?: string;
             }[];
         };
         CompletionBatchResponse: {
@@ -2676,6 +2691,23 @@ export interface components {
          * @example "3"
          */
         IfMatch: string;
+        /**
+         * @description W3C Trace Context: the caller's span. On a task definition it is stored with the task
+         *     (when the request creates or changes it) and each window of the task is a new trace
+         *     whose window span links to it; on a manual trigger it is stored with the instance it
+         *     creates, which continues its trace (the window span is its child). On `complete`, `fail` and `POST /v1/completions` it names the agent's span,
+         *     the parent of the completion span when it is of the instance's trace. An invalid value is
+         *     ignored, never refused (see Tracing).
+         * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+         */
+        Traceparent: string;
+        /**
+         * @description W3C Trace Context vendor state, kept with a valid `traceparent` (at most 512 characters
+         *     of `key=value` members) and handed on with the trace: claimed instances carry it as
+         *     `tracestate`, webhook pushes as a header. An invalid value is dropped, never refused.
+         * @example vendor=opaque
+         */
+        Tracestate: string;
         /** @description Page size. Outside 1–500 (or not an integer) is `422`. */
         Limit: number;
         /** @description Opaque; the `next_cursor` of the previous page with the same filters. A cursor this server did not issue is `422`. */
@@ -2761,6 +2793,23 @@ export interface operations {
                  * @example "3"
                  */
                 "If-Match"?: components["parameters"]["IfMatch"];
+                /**
+                 * @description W3C Trace Context: the caller's span. On a task definition it is stored with the task
+                 *     (when the request creates or changes it) and each window of the task is a new trace
+                 *     whose window span links to it; on a manual trigger it is stored with the instance it
+                 *     creates, which continues its trace (the window span is its child). On `complete`, `fail` and `POST /v1/completions` it names the agent's span,
+                 *     the parent of the completion span when it is of the instance's trace. An invalid value is
+                 *     ignored, never refused (see Tracing).
+                 * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+                 */
+                traceparent?: components["parameters"]["Traceparent"];
+                /**
+                 * @description W3C Trace Context vendor state, kept with a valid `traceparent` (at most 512 characters
+                 *     of `key=value` members) and handed on with the trace: claimed instances carry it as
+                 *     `tracestate`, webhook pushes as a header. An invalid value is dropped, never refused.
+                 * @example vendor=opaque
+                 */
+                tracestate?: components["parameters"]["Tracestate"];
             };
             path: {
                 /**
@@ -2989,7 +3038,25 @@ export interface operations {
     triggerTask: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description W3C Trace Context: the caller's span. On a task definition it is stored with the task
+                 *     (when the request creates or changes it) and each window of the task is a new trace
+                 *     whose window span links to it; on a manual trigger it is stored with the instance it
+                 *     creates, which continues its trace (the window span is its child). On `complete`, `fail` and `POST /v1/completions` it names the agent's span,
+                 *     the parent of the completion span when it is of the instance's trace. An invalid value is
+                 *     ignored, never refused (see Tracing).
+                 * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+                 */
+                traceparent?: components["parameters"]["Traceparent"];
+                /**
+                 * @description W3C Trace Context vendor state, kept with a valid `traceparent` (at most 512 characters
+                 *     of `key=value` members) and handed on with the trace: claimed instances carry it as
+                 *     `tracestate`, webhook pushes as a header. An invalid value is dropped, never refused.
+                 * @example vendor=opaque
+                 */
+                tracestate?: components["parameters"]["Tracestate"];
+            };
             path: {
                 /**
                  * @description The user-chosen task id. On `PUT` an id that does not match the pattern is `422` (field
@@ -3428,7 +3495,18 @@ export interface operations {
     completeInstance: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description W3C Trace Context: the caller's span. On a task definition it is stored with the task
+                 *     (when the request creates or changes it) and each window of the task is a new trace
+                 *     whose window span links to it; on a manual trigger it is stored with the instance it
+                 *     creates, which continues its trace (the window span is its child). On `complete`, `fail` and `POST /v1/completions` it names the agent's span,
+                 *     the parent of the completion span when it is of the instance's trace. An invalid value is
+                 *     ignored, never refused (see Tracing).
+                 * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+                 */
+                traceparent?: components["parameters"]["Traceparent"];
+            };
             path: {
                 /**
                  * @description The instance id. An id that is not a UUID is `404` (one holding U+0000 is `422` on `id`).
@@ -3493,7 +3571,18 @@ export interface operations {
     completeInstances: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description W3C Trace Context: the caller's span. On a task definition it is stored with the task
+                 *     (when the request creates or changes it) and each window of the task is a new trace
+                 *     whose window span links to it; on a manual trigger it is stored with the instance it
+                 *     creates, which continues its trace (the window span is its child). On `complete`, `fail` and `POST /v1/completions` it names the agent's span,
+                 *     the parent of the completion span when it is of the instance's trace. An invalid value is
+                 *     ignored, never refused (see Tracing).
+                 * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+                 */
+                traceparent?: components["parameters"]["Traceparent"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -3633,7 +3722,18 @@ export interface operations {
     failInstance: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description W3C Trace Context: the caller's span. On a task definition it is stored with the task
+                 *     (when the request creates or changes it) and each window of the task is a new trace
+                 *     whose window span links to it; on a manual trigger it is stored with the instance it
+                 *     creates, which continues its trace (the window span is its child). On `complete`, `fail` and `POST /v1/completions` it names the agent's span,
+                 *     the parent of the completion span when it is of the instance's trace. An invalid value is
+                 *     ignored, never refused (see Tracing).
+                 * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+                 */
+                traceparent?: components["parameters"]["Traceparent"];
+            };
             path: {
                 /**
                  * @description The instance id. An id that is not a UUID is `404` (one holding U+0000 is `422` on `id`).

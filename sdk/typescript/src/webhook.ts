@@ -387,7 +387,10 @@ export function webhookReceiver(handler: Handler, options: ReceiverOptions): Web
       const traceparent = headerOf(request, "traceparent");
       if (traceparent) {
         instance.traceparent = traceparent;
-        instance.tracestate = headerOf(request, "tracestate") ?? null;
+        const tracestate = headerOf(request, "tracestate");
+        if (tracestate) {
+          instance.tracestate = tracestate;
+        }
       }
     }
     const lost = new AbortController();
