@@ -106,16 +106,32 @@ async fn a_claim_whose_caller_went_away_gives_its_rows_back_without_spending_an_
         .execute(&mut *blocker)
         .await
         .expect("lock");
-    let impatient = reqwest::Client::builder()
-        .timeout(Duration::from_millis(700))
-        .build()
-        .expect("client");
-    let gave_up = impatient
-        .post(app.url("/v1/claims"))
-        .json(&json!({"agent_id": "ga", "worker_id": "w", "max_instances": 5}))
-        .send()
-        .await;
-    assert!(gave_up.is_err(), "the caller timed out: {gave_up:?}");
+    let url = app.url("/v1/claims");
+    let caller = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(url)
+            .json(&json!({"agent_id": "ga", "worker_id": "w", "max_instances": 5}))
+            .send()
+            .await
+    });
+    // The caller gives up (its connection closes) once the claim waits for the lock, however
+    // long the claim took to get there.
+    common::eventually(Duration::from_secs(10), "the claim waiting", || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity \
+             where datname = current_database() and wait_event_type = 'Lock'",
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("activity");
+        (waiting > 0).then_some(())
+    })
+    .await;
+    caller.abort();
+    assert!(
+        caller.await.is_err_and(|e| e.is_cancelled()),
+        "the caller gave up"
+    );
     blocker.commit().await.expect("release");
     // The claim commits, finds nobody to answer, and gives every row back.
     common::eventually(Duration::from_secs(10), "rows given back", || async {
