@@ -179,6 +179,8 @@ async fn until(conn: &mut sqlx::PgConnection, at: DateTime<Utc>) -> store::Resul
 #[derive(Clone)]
 pub struct TriggerLoop {
     pool: PgPool,
+    /// Where the loop's LISTEN connection comes from ([`store::listen_pool`]).
+    listen_pool: PgPool,
     config: TriggerLoopConfig,
     heartbeats: Heartbeats,
 }
@@ -186,10 +188,17 @@ pub struct TriggerLoop {
 impl TriggerLoop {
     pub fn new(pool: PgPool, config: TriggerLoopConfig, heartbeats: Heartbeats) -> Self {
         Self {
+            listen_pool: pool.clone(),
             pool,
             config,
             heartbeats,
         }
+    }
+
+    /// LISTEN on a connection from `pool` instead of the loop's own pool.
+    pub fn listening_on(mut self, pool: PgPool) -> Self {
+        self.listen_pool = pool;
+        self
     }
 
     /// Materialise every due window, batch after batch, until a short batch.
@@ -553,14 +562,8 @@ impl TriggerLoop {
                 staging = None;
             }
             if listener.is_none() {
-                listener = match PgListener::connect_with(&self.pool).await {
-                    Ok(mut l) => match l.listen(TASKS_CHANNEL).await {
-                        Ok(()) => Some(l),
-                        Err(e) => {
-                            tracing::warn!(error = %error_chain(&e), "trigger loop cannot LISTEN; will poll");
-                            None
-                        }
-                    },
+                listener = match store::listener(&self.listen_pool, TASKS_CHANNEL).await {
+                    Ok(l) => Some(l),
                     Err(e) => {
                         tracing::warn!(error = %error_chain(&e), "trigger loop cannot LISTEN; will poll");
                         None

@@ -32,14 +32,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 use tokio::sync::futures::Notified;
 use tokio::sync::{Notify, broadcast};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{error_backoff, error_chain};
-use crate::store::{WORK_CHANNEL, parse_work_payload};
+use crate::store::{self, WORK_CHANNEL, parse_work_payload};
 
 /// Sent to every waiter when notifications may have been lost (listener reconnected): wake all.
 pub const WAKE_ALL: &str = "*";
@@ -247,29 +246,22 @@ impl WorkSignal {
         self.notify(WAKE_ALL);
     }
 
-    /// Forward notifications until `shutdown`; reconnect with backoff on errors.
+    /// Forward notifications until `shutdown`, listening on a connection from `pool`
+    /// ([`store::listen_pool`]); reconnect with backoff on errors.
     pub async fn run(self, pool: PgPool, shutdown: CancellationToken) {
         let mut errors = 0u32;
         loop {
-            let mut listener = match PgListener::connect_with(&pool).await {
+            let mut listener = match store::listener(&pool, WORK_CHANNEL).await {
                 Ok(l) => l,
                 Err(e) => {
                     errors = errors.saturating_add(1);
-                    tracing::warn!(error = %error_chain(&e), "work signal cannot connect; claims fall back to polling");
+                    tracing::warn!(error = %error_chain(&e), "work signal cannot LISTEN; claims fall back to polling");
                     if sleep_or_stop(&shutdown, error_backoff(errors)).await {
                         return;
                     }
                     continue;
                 }
             };
-            if let Err(e) = listener.listen(WORK_CHANNEL).await {
-                errors = errors.saturating_add(1);
-                tracing::warn!(error = %error_chain(&e), "work signal cannot LISTEN");
-                if sleep_or_stop(&shutdown, error_backoff(errors)).await {
-                    return;
-                }
-                continue;
-            }
             errors = 0;
             // Anything sent while we were not listening is lost: let every waiter look again.
             self.wake_all();
