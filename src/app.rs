@@ -163,6 +163,8 @@ pub struct Running {
 pub struct Pools {
     pub api: PgPool,
     pub loops: PgPool,
+    /// The LISTEN connections' ([`store::listen_pool`]: straight to PostgreSQL).
+    pub listen: PgPool,
     /// Whether the database answers, shared with the pools' connection checks.
     pub health: DbHealth,
 }
@@ -172,6 +174,7 @@ impl Pools {
     pub fn shared(pool: PgPool) -> Self {
         Self {
             api: pool.clone(),
+            listen: pool.clone(),
             loops: pool,
             health: DbHealth::default(),
         }
@@ -183,6 +186,7 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
     let Pools {
         api: pool,
         loops: loop_pool,
+        listen: listen_pool,
         health,
     } = pools;
     crate::services::set_pass_bound(opts.loop_pass_timeout, health.clone());
@@ -212,8 +216,9 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
     };
 
     if let Some(cfg) = opts.trigger.clone() {
-        let trigger =
-            TriggerLoop::new(loop_pool.clone(), cfg, heartbeats.clone()).with_spans(spans.clone());
+        let trigger = TriggerLoop::new(loop_pool.clone(), cfg, heartbeats.clone())
+            .with_spans(spans.clone())
+            .listening_on(listen_pool.clone());
         loop_tasks.spawn(trigger.run(loops.child_token()));
     }
     if let Some(cfg) = opts.retry_scanner.clone() {
@@ -228,7 +233,7 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
     }
     let work_signal = WorkSignal::new();
     let signal = CancellationToken::new();
-    let signal_task = tokio::spawn(work_signal.clone().run(loop_pool.clone(), signal.clone()));
+    let signal_task = tokio::spawn(work_signal.clone().run(listen_pool.clone(), signal.clone()));
     let watch = DbWatch::new(
         loop_pool.clone(),
         health.clone(),
@@ -397,7 +402,7 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
     };
     let loop_pool = store::connect(
         &cfg.database_url,
-        cfg.loop_connections(),
+        cfg.loop_connections() - crate::config::LISTEN_CONNECTIONS,
         &loop_settings,
         health.clone(),
     )
@@ -408,6 +413,14 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
             cfg.database_url.redacted()
         )
     })?;
+    let listen_pool = store::listen_pool(cfg.listen_url(), &loop_settings, health.clone())
+        .await
+        .with_context(|| {
+            format!(
+                "connecting the LISTEN connections' pool (listen_database_url of {})",
+                cfg.listen_url().redacted()
+            )
+        })?;
     let _ = crate::telemetry::metrics_handle();
     let listener = TcpListener::bind(cfg.listen)
         .await
@@ -415,6 +428,7 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
     let pools = Pools {
         api: pool.clone(),
         loops: loop_pool.clone(),
+        listen: listen_pool.clone(),
         health,
     };
     let running = start(pools, listener, Options::from_config(&cfg)?)?;
@@ -424,6 +438,7 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
     running.shutdown().await;
     pool.close().await;
     loop_pool.close().await;
+    listen_pool.close().await;
     tracing::info!("kairos stopped");
     Ok(())
 }
@@ -464,15 +479,18 @@ async fn check_migrated(cfg: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A pool on `database_url` with every migration applied (safe when replicas start at once).
+/// A pool on `migrate_database_url` (else `database_url`) with every migration applied (safe
+/// when replicas start at once: the migrator's session advisory lock orders them, which is why
+/// this connection goes straight to PostgreSQL, never through PgBouncer).
 async fn connect_and_migrate(cfg: &Config, max_connections: u32) -> anyhow::Result<PgPool> {
+    cfg.check_migrate_url()?;
     // Migrations run without statement and lock timeouts: an index build may take long.
     let settings = DbSettings {
         acquire_timeout: Duration::from_secs(30),
-        ..DbSettings::from_config(cfg).unbounded()
+        ..DbSettings::from_config(cfg).unbounded().direct()
     };
     let pool = store::connect(
-        &cfg.database_url,
+        cfg.migrate_url(),
         max_connections,
         &settings,
         DbHealth::default(),

@@ -27,6 +27,28 @@ impl FromStr for LogFormat {
     }
 }
 
+/// What stands between kairos and PostgreSQL on `database_url` (docs/pgbouncer.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DatabasePooler {
+    /// `database_url` is PostgreSQL itself (or a pooler in session mode).
+    None,
+    /// PgBouncer in transaction pooling mode with its stock settings: no session state, no
+    /// prepared statement outlives a transaction, every statement runs inside one.
+    Pgbouncer,
+}
+
+impl FromStr for DatabasePooler {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" => Ok(DatabasePooler::None),
+            "pgbouncer" => Ok(DatabasePooler::Pgbouncer),
+            _ => Err("must be none or pgbouncer".to_owned()),
+        }
+    }
+}
+
 /// A secret string: never shown by `Debug`.
 #[derive(Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(transparent)]
@@ -147,6 +169,12 @@ pub fn redact_database_url(url: &str) -> String {
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub database_url: DatabaseUrl,
+    /// `pgbouncer` when `database_url` goes through PgBouncer in transaction pooling mode.
+    pub database_pooler: DatabasePooler,
+    /// The URL of the LISTEN connections, which need a session of their own; empty: `database_url`.
+    pub listen_database_url: DatabaseUrl,
+    /// The URL migrations run over (they hold a session advisory lock); empty: `database_url`.
+    pub migrate_database_url: DatabaseUrl,
     pub database_max_connections: u32,
     pub listen: SocketAddr,
     pub node_id: String,
@@ -207,6 +235,9 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             database_url: DatabaseUrl("postgres://kairos:kairos@127.0.0.1:5432/kairos".to_owned()),
+            database_pooler: DatabasePooler::None,
+            listen_database_url: DatabaseUrl(String::new()),
+            migrate_database_url: DatabaseUrl(String::new()),
             database_max_connections: 24,
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             node_id: default_node_id(),
@@ -266,6 +297,40 @@ pub const SHARED_LOOP_CONNECTIONS: u32 = 2;
 pub const MIN_API_CONNECTIONS: u32 = 4;
 
 impl Config {
+    /// The URL of the LISTEN connections: `listen_database_url`, else `database_url`.
+    pub fn listen_url(&self) -> &DatabaseUrl {
+        if self.listen_database_url.is_empty() {
+            &self.database_url
+        } else {
+            &self.listen_database_url
+        }
+    }
+
+    /// The URL migrations run over: `migrate_database_url`, else `database_url`.
+    pub fn migrate_url(&self) -> &DatabaseUrl {
+        if self.migrate_database_url.is_empty() {
+            &self.database_url
+        } else {
+            &self.migrate_database_url
+        }
+    }
+
+    /// Refuse to migrate through PgBouncer: the migrator holds a session advisory lock, which
+    /// transaction pooling would leave on a server connection other clients then use.
+    pub fn check_migrate_url(&self) -> Result<(), ConfigError> {
+        if self.database_pooler == DatabasePooler::Pgbouncer
+            && self.migrate_url() == &self.database_url
+        {
+            return Err(invalid(
+                "migrate_database_url",
+                "must name PostgreSQL directly when database_pooler is pgbouncer: migrations \
+                 hold a session advisory lock (or serve with migrate = false and run `kairos \
+                 migrate` with DATABASE_URL naming PostgreSQL directly)",
+            ));
+        }
+        Ok(())
+    }
+
     /// Size of the background loops' own pool: the API cannot exhaust it.
     pub fn loop_connections(&self) -> u32 {
         LISTEN_CONNECTIONS
@@ -379,6 +444,9 @@ impl Config {
         }
         from_env!(
             database_url,
+            database_pooler,
+            listen_database_url,
+            migrate_database_url,
             database_max_connections,
             listen,
             node_id,
@@ -442,6 +510,32 @@ impl Config {
         }
         crate::store::connect::Target::parse(&self.database_url)
             .map_err(|e| invalid("database_url", e.0))?;
+        for (key, url) in [
+            ("listen_database_url", &self.listen_database_url),
+            ("migrate_database_url", &self.migrate_database_url),
+        ] {
+            if !(url.is_empty()
+                || url.starts_with("postgres://")
+                || url.starts_with("postgresql://"))
+            {
+                return Err(invalid(
+                    key,
+                    "must be empty (database_url) or a postgres:// or postgresql:// URL",
+                ));
+            }
+        }
+        if self.database_pooler == DatabasePooler::Pgbouncer {
+            // In transaction pooling a session belongs to no client: a LISTEN would stay on a
+            // server connection that other clients' transactions then use, and its
+            // notifications would not reach this process.
+            if self.listen_url() == &self.database_url {
+                return Err(invalid(
+                    "listen_database_url",
+                    "must name PostgreSQL directly when database_pooler is pgbouncer: LISTEN \
+                     needs a session of its own, which transaction pooling does not give",
+                ));
+            }
+        }
         if !(1..=16).contains(&self.trigger_parallelism) {
             return Err(invalid("trigger_parallelism", "must be from 1 to 16"));
         }
@@ -762,6 +856,70 @@ mod tests {
         assert_eq!(cfg.listen.port(), 9999);
         assert_eq!(cfg.database_url, "postgres://u@h/db");
         assert_eq!(cfg.trigger_batch_size, 7);
+    }
+
+    #[test]
+    fn pgbouncer_needs_direct_urls_for_listen_and_migrations() {
+        let pooled = "postgres://k@127.0.0.1:6432/kairos";
+        let direct = "postgres://k@127.0.0.1:5432/kairos";
+        let err = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            ("DATABASE_URL", pooled),
+            ("KAIROS_DATABASE_POOLER", "pgbouncer"),
+        ])
+        .expect_err("LISTEN through PgBouncer");
+        assert!(err.to_string().starts_with("listen_database_url:"), "{err}");
+        let cfg = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            ("DATABASE_URL", pooled),
+            ("KAIROS_DATABASE_POOLER", "pgbouncer"),
+            ("KAIROS_LISTEN_DATABASE_URL", direct),
+        ])
+        .expect("valid");
+        assert_eq!(cfg.database_pooler, DatabasePooler::Pgbouncer);
+        assert_eq!(cfg.listen_url().0, direct);
+        // Migrating through PgBouncer is refused when it is asked for, not at load: serve
+        // --no-migrate needs no migrate_database_url.
+        let err = cfg
+            .check_migrate_url()
+            .expect_err("migrations through PgBouncer");
+        assert!(
+            err.to_string().starts_with("migrate_database_url:"),
+            "{err}"
+        );
+        let cfg = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            ("DATABASE_URL", pooled),
+            ("KAIROS_DATABASE_POOLER", "pgbouncer"),
+            ("KAIROS_LISTEN_DATABASE_URL", direct),
+            ("KAIROS_MIGRATE_DATABASE_URL", direct),
+        ])
+        .expect("valid");
+        cfg.check_migrate_url().expect("direct migrations");
+        assert_eq!(cfg.migrate_url().0, direct);
+        // Without a pooler both default to database_url.
+        let cfg = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            ("DATABASE_URL", direct),
+        ])
+        .expect("valid");
+        assert_eq!(
+            (cfg.listen_url().0.as_str(), cfg.migrate_url().0.as_str()),
+            (direct, direct)
+        );
+        cfg.check_migrate_url().expect("no pooler");
+        let err = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            ("KAIROS_DATABASE_POOLER", "pgpool"),
+        ])
+        .expect_err("unknown pooler");
+        assert!(err.to_string().contains("KAIROS_DATABASE_POOLER"), "{err}");
+        let err = load(&[
+            ("KAIROS_CONFIG", "config/kairos.toml"),
+            ("KAIROS_LISTEN_DATABASE_URL", "mysql://x"),
+        ])
+        .expect_err("not a PostgreSQL URL");
+        assert!(err.to_string().starts_with("listen_database_url:"), "{err}");
     }
 
     #[test]

@@ -410,6 +410,7 @@ async fn while_the_database_is_unreachable_calls_answer_503_within_seconds_and_r
         pool.clone(),
         kairos::app::Pools {
             api: app_pool.clone(),
+            listen: app_pool.clone(),
             loops: app_pool,
             health,
         },

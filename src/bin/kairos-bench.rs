@@ -130,6 +130,30 @@ struct Args {
     /// run (seeding 10M instances takes minutes); without it the database is dropped.
     #[arg(long)]
     console_keep_db: Option<String>,
+    /// Run every `kairos serve` behind PgBouncer in transaction pooling mode: this URL names
+    /// the PgBouncer in front of DATABASE_URL's server (its database part is replaced by each
+    /// scenario's database), with `database_pooler = "pgbouncer"`; LISTEN, migrations and the
+    /// bench's own connections stay on DATABASE_URL.
+    #[arg(long)]
+    via_pgbouncer: Option<String>,
+}
+
+/// `--via-pgbouncer`, for every server started.
+static VIA_PGBOUNCER: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+/// `url` with its database part replaced by `name` (its query kept).
+fn with_database(url: &str, name: &str) -> Result<String> {
+    let (prefix, rest) = url.rsplit_once('/').with_context(|| {
+        format!(
+            "{} has no database path",
+            kairos::config::redact_database_url(url)
+        )
+    })?;
+    let query = rest
+        .split_once('?')
+        .map(|(_, q)| format!("?{q}"))
+        .unwrap_or_default();
+    Ok(format!("{prefix}/{name}{query}"))
 }
 
 fn main() -> Result<()> {
@@ -151,6 +175,7 @@ async fn run(args: Args) -> Result<()> {
     kairos::outbound::install_crypto_provider();
     let base = std::env::var("DATABASE_URL")
         .context("DATABASE_URL must name the PostgreSQL to measure")?;
+    let _ = VIA_PGBOUNCER.set(args.via_pgbouncer.clone());
     for name in args.only.split(',').map(str::trim) {
         if name != "all" && !SCENARIOS.contains(&name) {
             bail!(
@@ -188,9 +213,16 @@ async fn run(args: Args) -> Result<()> {
     }
     let mut rows: Vec<[String; 4]> = Vec::new();
     println!(
-        "kairos-bench on {} cores; PostgreSQL at {}",
+        "kairos-bench on {} cores; PostgreSQL at {}{}",
         num_cpus(),
-        kairos::config::redact_database_url(&base)
+        kairos::config::redact_database_url(&base),
+        match &args.via_pgbouncer {
+            Some(b) => format!(
+                "; kairos through PgBouncer at {}",
+                kairos::config::redact_database_url(b)
+            ),
+            None => String::new(),
+        }
     );
 
     if wants(&args, "pgbench") {
@@ -356,14 +388,7 @@ impl BenchDb {
                 .execute(sqlx::AssertSqlSafe(format!("create database {name}")))
                 .await?;
         }
-        let (prefix, rest) = base
-            .rsplit_once('/')
-            .context("DATABASE_URL has no database path")?;
-        let query = rest
-            .split_once('?')
-            .map(|(_, q)| format!("?{q}"))
-            .unwrap_or_default();
-        let url = format!("{prefix}/{name}{query}");
+        let url = with_database(base, name)?;
         let pool = PgPoolOptions::new()
             .max_connections(8)
             .connect(&url)
@@ -441,6 +466,12 @@ async fn start_node(db: &BenchDb, node_id: &str, extra: &[(&str, &str)]) -> Resu
         .stderr(Stdio::inherit());
     if std::path::Path::new("config/kairos.toml").exists() {
         cmd.env("KAIROS_CONFIG", "config/kairos.toml");
+    }
+    if let Some(Some(bouncer)) = VIA_PGBOUNCER.get() {
+        cmd.env("DATABASE_URL", with_database(bouncer, &db.name)?)
+            .env("KAIROS_DATABASE_POOLER", "pgbouncer")
+            .env("KAIROS_LISTEN_DATABASE_URL", &db.url)
+            .env("KAIROS_MIGRATE_DATABASE_URL", &db.url);
     }
     for (k, v) in extra {
         cmd.env(k, v);

@@ -327,13 +327,9 @@ async fn fail(
         };
         let said: String = error.chars().take(256).collect();
         let reason = format!("held by a throttled attempt of instance {id}: {said}");
-        let mut conn = state
-            .pool
-            .acquire()
-            .await
-            .map_err(crate::store::map_db_error)?;
-        let until = crate::store::limits::hold(&mut conn, &name, &key, seconds, &reason).await?;
-        drop(conn);
+        let mut tx = crate::store::begin(&state.pool).await?;
+        let until = crate::store::limits::hold(&mut tx, &name, &key, seconds, &reason).await?;
+        tx.commit().await.map_err(crate::store::map_db_error)?;
         metrics::counter!("kairos_limit_throttled_total", "limit" => name.clone()).increment(1);
         tracing::info!(limit = %name, key = %key, instance_id = %id, held_until = %crate::domain::schedule::format_instant(until), reason = %reason, "limit held");
     }

@@ -226,9 +226,9 @@ async fn hold_limit(
             "is required: the limit keeps a budget per key",
         ));
     }
-    let mut conn = state.pool.acquire().await.map_err(store::map_db_error)?;
+    let mut tx = store::begin(&state.pool).await?;
     let until = store_limits::hold(
-        &mut conn,
+        &mut tx,
         &name,
         key.as_deref().unwrap_or(""),
         seconds,
@@ -236,7 +236,7 @@ async fn hold_limit(
     )
     .await
     .map_err(|e| not_found(e, &name))?;
-    drop(conn);
+    tx.commit().await.map_err(store::map_db_error)?;
     tracing::info!(limit = %name, key = %key.as_deref().unwrap_or(""), held_until = %format_instant(until), reason = %reason, "limit held");
     let view = limit_view(&state, &limit).await?;
     Ok(with_etag(StatusCode::OK, view, limit.version))

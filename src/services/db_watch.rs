@@ -101,15 +101,17 @@ impl DbWatch {
 
     /// Record the span the database was unreachable from this replica, by the database clock.
     async fn record_outage(&self, outage: Duration) -> store::Result<()> {
+        let mut tx = store::begin(&self.pool).await?;
         sqlx::query(
             "insert into db_unreachable (node_id, started_at, ended_at) \
              values ($1, now() - make_interval(secs => $2), now())",
         )
         .bind(&self.node_id)
         .bind(outage.as_secs_f64())
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(map_db_error)?;
+        tx.commit().await.map_err(map_db_error)?;
         Ok(())
     }
 

@@ -66,7 +66,7 @@ impl RetryScanner {
     /// One bounded batch.
     pub async fn run_once(&self) -> store::Result<RetryReport> {
         let actor = format!("retry_scanner:{}", self.config.node_id);
-        let mut tx = self.pool.begin().await.map_err(map_db_error)?;
+        let mut tx = crate::store::begin(&self.pool).await?;
         let moved = instances::retry_due(&mut tx, self.config.batch_size, &actor).await?;
         let resumed = tasks::resume_cooled_down(&mut tx, self.config.batch_size).await?;
         tx.commit().await.map_err(map_db_error)?;

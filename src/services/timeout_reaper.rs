@@ -90,7 +90,7 @@ impl TimeoutReaper {
             return Ok(ReapReport::default());
         }
         let actor = format!("reaper:{}", self.config.node_id);
-        let mut tx = self.pool.begin().await.map_err(map_db_error)?;
+        let mut tx = crate::store::begin(&self.pool).await?;
         let locked = instances::lock_expired(&mut tx, self.config.batch_size).await?;
         if locked.is_empty() {
             tx.commit().await.map_err(map_db_error)?;

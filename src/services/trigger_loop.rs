@@ -206,6 +206,8 @@ async fn until(conn: &mut sqlx::PgConnection, at: DateTime<Utc>) -> store::Resul
 #[derive(Clone)]
 pub struct TriggerLoop {
     pool: PgPool,
+    /// Where the loop's LISTEN connection comes from ([`store::listen_pool`]).
+    listen_pool: PgPool,
     config: TriggerLoopConfig,
     heartbeats: Heartbeats,
     spans: Spans,
@@ -214,6 +216,7 @@ pub struct TriggerLoop {
 impl TriggerLoop {
     pub fn new(pool: PgPool, config: TriggerLoopConfig, heartbeats: Heartbeats) -> Self {
         Self {
+            listen_pool: pool.clone(),
             pool,
             config,
             heartbeats,
@@ -224,6 +227,12 @@ impl TriggerLoop {
     /// Record a window span for every window materialised.
     pub fn with_spans(mut self, spans: Spans) -> Self {
         self.spans = spans;
+        self
+    }
+
+    /// LISTEN on a connection from `pool` instead of the loop's own pool.
+    pub fn listening_on(mut self, pool: PgPool) -> Self {
+        self.listen_pool = pool;
         self
     }
 
@@ -612,7 +621,7 @@ impl TriggerLoop {
                 staging = None;
             }
             if listener.is_none() {
-                listener = match store::connect::listen(&self.pool, TASKS_CHANNEL).await {
+                listener = match store::listener(&self.listen_pool, TASKS_CHANNEL).await {
                     Ok(l) => Some(l),
                     Err(e) => {
                         tracing::warn!(error = %error_chain(&e), "trigger loop cannot LISTEN; will poll");

@@ -38,7 +38,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{error_backoff, error_chain};
-use crate::store::{WORK_CHANNEL, parse_work_payload};
+use crate::store::{self, WORK_CHANNEL, parse_work_payload};
 
 /// Sent to every waiter when notifications may have been lost (listener reconnected): wake all.
 pub const WAKE_ALL: &str = "*";
@@ -246,11 +246,12 @@ impl WorkSignal {
         self.notify(WAKE_ALL);
     }
 
-    /// Forward notifications until `shutdown`; reconnect with backoff on errors.
+    /// Forward notifications until `shutdown`, listening on a connection from `pool`
+    /// ([`store::listen_pool`]); reconnect with backoff on errors.
     pub async fn run(self, pool: PgPool, shutdown: CancellationToken) {
         let mut errors = 0u32;
         loop {
-            let mut listener = match crate::store::connect::listen(&pool, WORK_CHANNEL).await {
+            let mut listener = match store::listener(&pool, WORK_CHANNEL).await {
                 Ok(l) => l,
                 Err(e) => {
                     errors = errors.saturating_add(1);

@@ -93,14 +93,16 @@ pub async fn replay(
 
 /// Delete up to `limit` answers whose leases have all passed; returns how many.
 pub async fn prune_expired(pool: &PgPool, limit: i64) -> Result<u64> {
+    let mut tx = super::begin(pool).await?;
     let done = sqlx::query(
         "delete from claim_answers where ctid in ( \
              select ctid from claim_answers where expires_at < now() \
              order by expires_at limit $1)",
     )
     .bind(limit)
-    .execute(pool)
+    .execute(&mut *tx)
     .await
     .map_err(map_db_error)?;
+    tx.commit().await.map_err(map_db_error)?;
     Ok(done.rows_affected())
 }

@@ -423,6 +423,16 @@ pub async fn connect(
     settings: &DbSettings,
     health: DbHealth,
 ) -> Result<PgPool, sqlx::Error> {
+    if settings.pooler == crate::config::DatabasePooler::Pgbouncer {
+        // PgBouncer stands for one database (it follows the primary itself): one host, every
+        // connection handed out inside a transaction (`super::pgbouncer_begin`).
+        let options: PgConnectOptions = url.parse()?;
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(settings.acquire_timeout);
+        return Ok(super::pgbouncer_pool(pool, settings)
+            .connect_lazy_with(super::pgbouncer_options(options)));
+    }
     let mut target = Target::parse(url).map_err(|e| sqlx::Error::Configuration(e.0.into()))?;
     for o in &mut target.options {
         *o = o.clone().options(settings.session_options());
@@ -454,8 +464,9 @@ pub async fn connect(
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(settings.acquire_timeout)
-        // Replaced by `before_acquire`, which pings as sqlx would and checks more in doubt.
-        .test_before_acquire(false)
+        // sqlx pings each connection before handing it out (`test_before_acquire`, left on: a
+        // pool without it is a PgBouncer pool, `super::hands_out_transactions`);
+        // `before_acquire` checks more while the database is in doubt.
         .after_connect(move |conn, _meta| {
             let router = on_connect.clone();
             Box::pin(async move {
@@ -481,7 +492,6 @@ pub async fn connect(
                 if router.health.in_doubt() {
                     return keep(&router, conn, meta.age).await;
                 }
-                conn.ping().await?;
                 Ok(true)
             })
         })

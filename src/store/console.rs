@@ -190,7 +190,7 @@ async fn count_statuses(conn: &mut PgConnection) -> Result<Vec<(String, i64, boo
 /// gauges, and re-sample the minutes of windows scheduled in the last [`SETTLING_MINUTES`].
 /// Returns the status counts it stored, or `None` when another replica is sampling.
 pub async fn sample(pool: &PgPool) -> Result<Option<Vec<(String, i64, bool)>>> {
-    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let mut tx = crate::store::begin(pool).await?;
     let locked: bool = sqlx::query_scalar("select pg_try_advisory_xact_lock($1)")
         .bind(SAMPLER_LOCK)
         .fetch_one(&mut *tx)

@@ -107,7 +107,7 @@ pub async fn upsert_limit(
     spec: &LimitSpec,
     if_match: Option<i64>,
 ) -> Result<(Upserted, Limit)> {
-    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let mut tx = crate::store::begin(pool).await?;
     let existing: Option<LimitRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "select {LIMIT_COLUMNS} from limits where name = $1 for no key update"
     )))
@@ -199,7 +199,7 @@ pub async fn upsert_limit(
 
 /// Delete a limit: a conflict naming the tasks while any task draws on it.
 pub async fn delete_limit(pool: &PgPool, name: &str) -> Result<()> {
-    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let mut tx = crate::store::begin(pool).await?;
     let found: Option<String> =
         sqlx::query_scalar("select name from limits where name = $1 for update")
             .bind(name)
@@ -565,7 +565,8 @@ pub async fn hold(
 
 /// Lift a hold (all keys of the limit when `key` is None). Returns the budgets released.
 pub async fn release(pool: &PgPool, name: &str, key: Option<&str>) -> Result<u64> {
-    Ok(sqlx::query(
+    let mut tx = super::begin(pool).await?;
+    let released = sqlx::query(
         "update limit_state s set held_until = null, held_reason = null \
          from limits l \
          where l.name = $1 and s.limit_name = l.name and s.held_until is not null \
@@ -573,10 +574,12 @@ pub async fn release(pool: &PgPool, name: &str, key: Option<&str>) -> Result<u64
     )
     .bind(name)
     .bind(key)
-    .execute(pool)
+    .execute(&mut *tx)
     .await
     .map_err(map_db_error)?
-    .rows_affected())
+    .rows_affected();
+    tx.commit().await.map_err(map_db_error)?;
+    Ok(released)
 }
 
 /// One budget's live usage.

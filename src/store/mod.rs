@@ -20,7 +20,8 @@ pub mod outbox;
 pub mod tasks;
 pub mod waiting;
 
-use sqlx::{PgConnection, PgPool};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Executor, PgConnection, PgPool};
 
 use crate::domain::instance::{Event, InstanceStatus, legal_sources};
 
@@ -60,10 +61,29 @@ pub const WORK_CHANNEL: &str = "kairos_work";
 /// Both are set in the `BEGIN` itself, so they cost no round trip, and they end with the
 /// transaction.
 pub async fn begin_hot(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
-    pool.begin_with("begin; set local enable_seqscan = off; set local jit = off")
+    pool.begin_with(begin_sql(pool, BEGIN_HOT))
         .await
         .map_err(map_db_error)
 }
+
+/// Begin a transaction (`pool.begin()` for every pool, [`pgbouncer_begin`]). Writes outside the
+/// hot path take one too: a write on the pool itself would, through PgBouncer, commit only when
+/// its connection went back to the pool, after the caller had gone on.
+pub async fn begin(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+    if hands_out_transactions(pool) {
+        // The transaction is open already: a statement that changes nothing continues it.
+        pool.begin_with(POOLED_CONTINUE).await
+    } else {
+        pool.begin().await
+    }
+    .map_err(map_db_error)
+}
+
+/// What [`begin`] sends through PgBouncer: the mark [`pgbouncer_begin`] set, set again.
+const POOLED_CONTINUE: &str = "set local kairos.pooled_transaction = 'on'";
+
+/// The `BEGIN` of [`begin_hot`].
+const BEGIN_HOT: &str = "begin; set local enable_seqscan = off; set local jit = off";
 
 /// Longest a shared group commit of completions and heartbeats waits for a row lock before it
 /// gives up and writes each call alone (milliseconds).
@@ -72,7 +92,7 @@ pub const SHARED_LOCK_WAIT_MS: u64 = 200;
 /// [`begin_hot`] for a transaction shared by many callers: a lock wait longer than
 /// [`SHARED_LOCK_WAIT_MS`] fails it (SQLSTATE 55P03) instead of holding every caller.
 pub async fn begin_hot_shared(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
-    pool.begin_with(BEGIN_HOT_SHARED)
+    pool.begin_with(begin_sql(pool, BEGIN_HOT_SHARED))
         .await
         .map_err(map_db_error)
 }
@@ -370,6 +390,9 @@ pub struct DbSettings {
     pub keepalive_seconds: u64,
     /// Bound of the ping that checks a returned connection while the database is in doubt.
     pub ping_timeout: std::time::Duration,
+    /// What stands between this process and PostgreSQL (`database_pooler`): with PgBouncer
+    /// the pool runs every statement in a transaction of its own making ([`connect`]).
+    pub pooler: crate::config::DatabasePooler,
 }
 
 impl Default for DbSettings {
@@ -387,6 +410,15 @@ impl DbSettings {
             idle_in_transaction_timeout_ms: cfg.db_idle_in_transaction_timeout_ms,
             keepalive_seconds: cfg.db_keepalive_seconds,
             ping_timeout: std::time::Duration::from_millis(cfg.database_unavailable_answer_ms),
+            pooler: cfg.database_pooler,
+        }
+    }
+
+    /// The same bounds on a connection straight to PostgreSQL (LISTEN, migrations).
+    pub fn direct(&self) -> Self {
+        Self {
+            pooler: crate::config::DatabasePooler::None,
+            ..self.clone()
         }
     }
 
@@ -426,6 +458,168 @@ impl DbSettings {
     }
 }
 
+/// The startup packet stock PgBouncer accepts: it refuses every parameter it does not track
+/// (`unsupported startup parameter`), which rules out `options` (the session bounds go into
+/// each transaction instead, [`pgbouncer_begin`]) and sqlx's `extra_float_digits` (PostgreSQL
+/// 12 and later send floats exactly without it). sqlx's own `DateStyle`, `client_encoding`,
+/// `TimeZone` and `application_name` are tracked and pass. No statement is cached: a named
+/// statement lives on one server connection, which the next transaction may not get.
+pub(crate) fn pgbouncer_options(
+    options: sqlx::postgres::PgConnectOptions,
+) -> sqlx::postgres::PgConnectOptions {
+    options.extra_float_digits(None).statement_cache_capacity(0)
+}
+
+/// The `BEGIN` a PgBouncer pool hands each connection out in, with the session's bounds as
+/// `set local`: the transaction's end takes them away with it, and they reach whichever server
+/// connection runs it.
+///
+/// sqlx sends every statement with parameters as Parse/Describe/Sync, then Bind/Execute/Sync.
+/// Outside a transaction PgBouncer may give the two halves different server connections, and
+/// the Bind would meet another client's statement or none. Inside one, the server connection
+/// stays this client's until the transaction ends: a statement on the pool itself runs in this
+/// transaction, and [`begin`], [`begin_hot`] and [`begin_hot_shared`] continue it instead of
+/// sending a `BEGIN` of their own; its `commit` ends it.
+///
+/// Even with no statement cache, sqlx names each statement `sqlx_s_<n>`, counting per client
+/// connection, and never closes it: `deallocate all` first clears what an earlier client left
+/// on the server connection, so the names cannot collide.
+pub fn pgbouncer_begin(settings: &DbSettings) -> String {
+    let mut out = format!("begin; deallocate all; set local {POOLED_MARK} = 'on'");
+    for (name, ms) in [
+        ("statement_timeout", settings.statement_timeout_ms),
+        ("lock_timeout", settings.lock_timeout_ms),
+        (
+            "idle_in_transaction_session_timeout",
+            settings.idle_in_transaction_timeout_ms,
+        ),
+    ] {
+        if ms > 0 {
+            out.push_str(&format!("; set local {name} = {ms}"));
+        }
+    }
+    out
+}
+
+/// The setting [`pgbouncer_begin`] marks its transaction with: `on` until it ends.
+const POOLED_MARK: &str = "kairos.pooled_transaction";
+
+/// Whether `pool` was connected for PgBouncer by [`connect`], and so hands its connections out
+/// inside a transaction ([`pgbouncer_begin`]). Such a pool, and only such a pool, does not ping
+/// a connection before handing it out: the `BEGIN` answers for it.
+pub fn hands_out_transactions(pool: &PgPool) -> bool {
+    !pool.options().get_test_before_acquire()
+}
+
+/// The `BEGIN` statement `sql` (`"begin; …"`) for `pool`: as it is, or through PgBouncer
+/// without its `begin` (the connection is in a transaction already, [`pgbouncer_begin`]). A
+/// second `BEGIN` would only cost a warning in the server's log, every transaction.
+fn begin_sql(pool: &PgPool, sql: &'static str) -> &'static str {
+    match sql.strip_prefix("begin; ") {
+        Some(rest) if hands_out_transactions(pool) => rest,
+        _ => sql,
+    }
+}
+
+/// After a connection is released, end the transaction it was handed out in, if a caller's own
+/// transaction did not end it already: a `commit` with none in progress would cost a warning in
+/// the server's log. Asked with the simple protocol (one message, one server connection). A
+/// transaction a failed statement aborted refuses the question, and is rolled back.
+async fn pgbouncer_end(
+    conn: &mut PgConnection,
+    bound: std::time::Duration,
+) -> Result<bool, sqlx::Error> {
+    use sqlx::Row;
+    let ask = format!("select current_setting('{POOLED_MARK}', true)");
+    let open = match bounded(
+        bound,
+        conn.fetch_optional(sqlx::raw_sql(sqlx::AssertSqlSafe(ask))),
+    )
+    .await
+    {
+        Ok(row) => {
+            row.and_then(|r| r.try_get::<Option<String>, _>(0).ok().flatten())
+                .as_deref()
+                == Some("on")
+        }
+        Err(sqlx::Error::Database(_)) => {
+            bounded(bound, conn.execute(sqlx::raw_sql("rollback"))).await?;
+            return Ok(true);
+        }
+        Err(e) => return Err(e),
+    };
+    if open {
+        bounded(bound, conn.execute(sqlx::raw_sql("commit"))).await?;
+    }
+    Ok(true)
+}
+
+/// Send [`pgbouncer_begin`]'s statement `begin` within `bound`.
+async fn pgbouncer_start(
+    conn: &mut PgConnection,
+    begin: &str,
+    bound: std::time::Duration,
+) -> Result<(), sqlx::Error> {
+    let sql = sqlx::raw_sql(sqlx::AssertSqlSafe(begin.to_owned()));
+    bounded(bound, conn.execute(sql)).await.map(|_| ())
+}
+
+pub(crate) fn pgbouncer_pool(pool: PgPoolOptions, settings: &DbSettings) -> PgPoolOptions {
+    let begin: std::sync::Arc<str> = pgbouncer_begin(settings).into();
+    let on_connect = begin.clone();
+    let bound = settings.ping_timeout;
+    pool
+        // The mark of such a pool (`hands_out_transactions`); the `begin` answers for the
+        // connection, as the ping would.
+        .test_before_acquire(false)
+        .after_connect(move |conn, _meta| {
+            let begin = on_connect.clone();
+            Box::pin(async move { pgbouncer_start(conn, &begin, bound).await.map(|_| ()) })
+        })
+        .before_acquire(move |conn, _meta| {
+            let begin = begin.clone();
+            Box::pin(async move { pgbouncer_start(conn, &begin, bound).await.map(|_| true) })
+        })
+        .after_release(move |conn, _meta| Box::pin(pgbouncer_end(conn, bound)))
+}
+
+/// `op` within `bound`, a timeout being the pool's timeout error.
+async fn bounded<T>(
+    bound: std::time::Duration,
+    op: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, sqlx::Error> {
+    tokio::time::timeout(bound, op)
+        .await
+        .unwrap_or(Err(sqlx::Error::PoolTimedOut))
+}
+
+/// A pool on `listen_database_url` for the LISTEN connections, which need a session of their
+/// own whatever `database_url` goes through: at most [`crate::config::LISTEN_CONNECTIONS`]
+/// connections, with the session's bounds, straight to PostgreSQL. Built like every pool
+/// ([`connect()`]), so a URL naming several hosts keeps the listeners on the primary and moves
+/// them on failover.
+pub async fn listen_pool(
+    url: &str,
+    settings: &DbSettings,
+    health: health::DbHealth,
+) -> Result<PgPool, sqlx::Error> {
+    connect(
+        url,
+        crate::config::LISTEN_CONNECTIONS,
+        &settings.direct(),
+        health,
+    )
+    .await
+}
+
+/// A connection listening on `channel`, opened from `pool` (a [`listen_pool`]): the one place
+/// kairos opens a LISTEN ([`connect::listen`]: it goes where the pool's new connections go).
+pub async fn listener(
+    pool: &PgPool,
+    channel: &str,
+) -> Result<sqlx::postgres::PgListener, sqlx::Error> {
+    connect::listen(pool, channel).await
+}
 /// Whether a database error is the database being unavailable or this transaction losing a
 /// race, rather than anything wrong with the request: the one place that decides "retry later"
 /// (503 with `Retry-After` over HTTP, the next pass in a loop) or "give up". Connection loss
@@ -572,6 +766,26 @@ mod tests {
     }
 
     #[test]
+    fn through_pgbouncer_transactions_carry_the_mark_and_the_bounds() {
+        assert!(POOLED_CONTINUE.contains(POOLED_MARK));
+        let s = DbSettings {
+            statement_timeout_ms: 15_000,
+            lock_timeout_ms: 0,
+            idle_in_transaction_timeout_ms: 30_000,
+            ..DbSettings::default()
+        };
+        assert_eq!(
+            pgbouncer_begin(&s),
+            "begin; deallocate all; set local kairos.pooled_transaction = 'on'; \
+             set local statement_timeout = 15000; \
+             set local idle_in_transaction_session_timeout = 30000"
+        );
+        for sql in [BEGIN_HOT, BEGIN_HOT_SHARED] {
+            assert!(sql.starts_with("begin; "), "{sql}");
+        }
+    }
+
+    #[test]
     fn a_shared_group_commit_waits_for_a_lock_as_long_as_documented() {
         assert!(BEGIN_HOT_SHARED.ends_with(&format!("lock_timeout = {SHARED_LOCK_WAIT_MS}")));
     }
@@ -600,6 +814,7 @@ mod tests {
             idle_in_transaction_timeout_ms: 30_000,
             keepalive_seconds: 5,
             ping_timeout: std::time::Duration::from_secs(2),
+            pooler: crate::config::DatabasePooler::None,
         };
         let names: Vec<String> = s
             .session_options()

@@ -112,7 +112,8 @@ pub struct Delivery {
 /// Take up to `limit` due deliveries for `hold_seconds` (their `next_attempt_at` moves past the
 /// delivery's timeout, so no other notifier takes them meanwhile).
 pub async fn take_due(pool: &PgPool, limit: i64, hold_seconds: f64) -> Result<Vec<Delivery>> {
-    sqlx::query_as(
+    let mut tx = super::begin(pool).await?;
+    let taken = sqlx::query_as(
         "update outbox o set next_attempt_at = now() + make_interval(secs => $2), \
              attempts = o.attempts + 1 \
          where o.id in ( \
@@ -124,17 +125,21 @@ pub async fn take_due(pool: &PgPool, limit: i64, hold_seconds: f64) -> Result<Ve
     )
     .bind(limit)
     .bind(hold_seconds)
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await
-    .map_err(map_db_error)
+    .map_err(map_db_error)?;
+    tx.commit().await.map_err(map_db_error)?;
+    Ok(taken)
 }
 
 pub async fn mark_delivered(pool: &PgPool, id: Uuid) -> Result<()> {
+    let mut tx = super::begin(pool).await?;
     sqlx::query("update outbox set delivered_at = now(), last_error = null where id = $1")
         .bind(id)
-        .execute(pool)
+        .execute(&mut *tx)
         .await
         .map_err(map_db_error)?;
+    tx.commit().await.map_err(map_db_error)?;
     Ok(())
 }
 
@@ -147,6 +152,7 @@ pub async fn mark_failed(
     retry_in: std::time::Duration,
     max_age_seconds: i64,
 ) -> Result<bool> {
+    let mut tx = super::begin(pool).await?;
     let gave_up: bool = sqlx::query_scalar(
         "update outbox set last_error = $2, \
              undeliverable_at = case when created_at < now() - make_interval(secs => $4) \
@@ -158,8 +164,9 @@ pub async fn mark_failed(
     .bind(error)
     .bind(retry_in.as_secs_f64())
     .bind(max_age_seconds as f64)
-    .fetch_one(pool)
+    .fetch_one(&mut *tx)
     .await
     .map_err(map_db_error)?;
+    tx.commit().await.map_err(map_db_error)?;
     Ok(gave_up)
 }

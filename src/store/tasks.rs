@@ -238,7 +238,7 @@ pub async fn upsert_task(
         serde_json::to_value(spec).map_err(|e| Error::Corrupt(format!("task spec: {e}")))?;
     let trace_parent = sub.trace.as_ref().map(TraceContext::traceparent);
     let trace_state = sub.trace.as_ref().and_then(|t| t.state.as_deref());
-    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let mut tx = crate::store::begin(pool).await?;
     if let Some(upstream) = spec.trigger.upstream() {
         sqlx::query("select pg_advisory_xact_lock(hashtext('kairos:dependencies'))")
             .execute(&mut *tx)
@@ -388,7 +388,7 @@ pub async fn upsert_task(
 /// Remove a task. Its PENDING and FAILED instances are CANCELLED (with events); RUNNING ones
 /// finish under their leases; history is kept. Returns the number of instances cancelled.
 pub async fn delete_task(pool: &PgPool, id: &str, actor: &str) -> Result<u64> {
-    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let mut tx = crate::store::begin(pool).await?;
     let deleted = sqlx::query("delete from tasks where id = $1")
         .bind(id)
         .execute(&mut *tx)
@@ -407,6 +407,7 @@ pub async fn delete_task(pool: &PgPool, id: &str, actor: &str) -> Result<u64> {
 /// Pause a task: no windows are materialised and none of its instances can be claimed.
 /// Pausing a paused task only updates the reason.
 pub async fn pause_task(pool: &PgPool, id: &str, reason: &str) -> Result<Task> {
+    let mut tx = super::begin(pool).await?;
     let row: TaskRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "update tasks set paused = true, paused_reason = $2, resume_at = null, \
              paused_at = coalesce(paused_at, now()), version = version + 1, updated_at = now() \
@@ -414,17 +415,18 @@ pub async fn pause_task(pool: &PgPool, id: &str, reason: &str) -> Result<Task> {
     )))
     .bind(id)
     .bind(reason)
-    .fetch_optional(pool)
+    .fetch_optional(&mut *tx)
     .await
     .map_err(map_db_error)?
     .ok_or(Error::NotFound)?;
+    tx.commit().await.map_err(map_db_error)?;
     row.try_into()
 }
 
 /// Resume a task: `next_fire_at` is recomputed from now, so paused time is not "missed".
 /// Resuming a running task changes nothing.
 pub async fn resume_task(pool: &PgPool, id: &str) -> Result<Task> {
-    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let mut tx = crate::store::begin(pool).await?;
     let current = lock_task(&mut tx, id).await?.ok_or(Error::NotFound)?;
     if !current.paused {
         tx.commit().await.map_err(map_db_error)?;

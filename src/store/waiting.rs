@@ -308,12 +308,18 @@ pub fn seen_claiming(pool: &PgPool, agent_id: &str) {
     let pool = pool.clone();
     let agent = agent_id.to_owned();
     tokio::spawn(async move {
-        let done = sqlx::query(
-            "insert into agent_claims (agent_id, last_claim_at) values ($1, now()) \
-             on conflict (agent_id) do update set last_claim_at = excluded.last_claim_at",
-        )
-        .bind(&agent)
-        .execute(&pool)
+        let done: Result<()> = async {
+            let mut tx = super::begin(&pool).await?;
+            sqlx::query(
+                "insert into agent_claims (agent_id, last_claim_at) values ($1, now()) \
+                 on conflict (agent_id) do update set last_claim_at = excluded.last_claim_at",
+            )
+            .bind(&agent)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_db_error)?;
+            tx.commit().await.map_err(map_db_error)
+        }
         .await;
         if let Err(e) = done {
             tracing::debug!(agent_id = %agent, error = %e, "could not record the agent's claim");

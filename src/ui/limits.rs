@@ -367,16 +367,16 @@ pub async fn limit_action(
                     "reason: at most {MAX_REASON_LEN} bytes without control characters"
                 )));
             }
-            let mut conn = state.pool.acquire().await.map_err(store::map_db_error)?;
+            let mut tx = store::begin(&state.pool).await?;
             let until = store_limits::hold(
-                &mut conn,
+                &mut tx,
                 &name,
                 key.as_deref().unwrap_or(""),
                 seconds,
                 &reason,
             )
             .await?;
-            drop(conn);
+            tx.commit().await.map_err(store::map_db_error)?;
             tracing::info!(limit = %name, key = %key.as_deref().unwrap_or(""), held_until = %crate::domain::schedule::format_instant(until), reason = %reason, principal = %principal, "limit held from the console");
             Ok(Redirect::to(&format!("/ui/limits?done=held#limit-{name}")).into_response())
         }

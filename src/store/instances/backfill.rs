@@ -116,7 +116,7 @@ pub async fn backfill(
     use crate::domain::task::{FieldError, TaskSpec};
     let (from, to, dry_run, max_windows) = (req.from, req.to, req.dry_run, req.max_windows);
 
-    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let mut tx = crate::store::begin(pool).await?;
     // Backfills of one task take turns on an advisory lock, not on the task row: a backfill
     // may cancel RUNNING instances (overlap `replace`), and holding the task row for update
     // before them would invert the lock order of the reaper and the group commit, which lock

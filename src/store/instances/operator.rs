@@ -58,7 +58,7 @@ pub async fn operator_retry(
     priority: Option<i16>,
 ) -> Result<Instance> {
     let from = status_names(&legal_sources(Event::OperatorRetry));
-    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let mut tx = crate::store::begin(pool).await?;
     let task_id: Option<String> = sqlx::query_scalar(
         "select t.id from tasks t \
          where t.id = (select i.task_id from task_instance i where i.id = $1) \

@@ -19,6 +19,7 @@ fn terminal_sql() -> String {
 /// Delete up to `batch` terminal instances (with their event rows) scheduled and finished more
 /// than `retention_days` ago, and up to `batch` settled outbox rows of that age.
 pub async fn prune_finished(pool: &PgPool, retention_days: i64, batch: i64) -> Result<(u64, u64)> {
+    let mut tx = crate::store::begin(pool).await?;
     let instances: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "with gone as ( \
              delete from task_instance where id in ( \
@@ -36,7 +37,7 @@ pub async fn prune_finished(pool: &PgPool, retention_days: i64, batch: i64) -> R
     )))
     .bind(i32::try_from(retention_days).unwrap_or(i32::MAX))
     .bind(batch)
-    .fetch_one(pool)
+    .fetch_one(&mut *tx)
     .await
     .map_err(map_db_error)?;
     let outbox = sqlx::query(
@@ -47,10 +48,11 @@ pub async fn prune_finished(pool: &PgPool, retention_days: i64, batch: i64) -> R
     )
     .bind(i32::try_from(retention_days).unwrap_or(i32::MAX))
     .bind(batch)
-    .execute(pool)
+    .execute(&mut *tx)
     .await
     .map_err(map_db_error)?
     .rows_affected();
+    tx.commit().await.map_err(map_db_error)?;
     Ok((u64::try_from(instances).unwrap_or(0), outbox))
 }
 

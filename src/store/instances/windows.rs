@@ -680,7 +680,7 @@ pub async fn trigger_run(
     debounce_key: Option<&str>,
     actor: &str,
 ) -> Result<(Triggered, Instance)> {
-    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    let mut tx = crate::store::begin(pool).await?;
     crate::store::hold_task_cursor(&mut tx, task_id).await?;
     // The run's time is read after that wait: a run that waited for a staged window comes
     // after it.
