@@ -199,7 +199,9 @@ impl From<store::Error> for ApiError {
             } => ApiError::Conflict(format!(
                 "instance {instance_id} is {status}; that transition is not allowed from {status}"
             )),
-            // A bare `?` skips `map_db_error`: data exceptions are still the caller's input.
+            // Every `sqlx::Error` becomes a `store::Error` through `map_db_error` (a bare `?`
+            // included); an `Error::Db` built by hand that holds a data exception is still the
+            // caller's input.
             store::Error::Db(ref db) if let Some(fe) = store::data_exception(db) => {
                 ApiError::Invalid(vec![fe])
             }

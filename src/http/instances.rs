@@ -329,7 +329,7 @@ async fn fail(
         let reason = format!("held by a throttled attempt of instance {id}: {said}");
         let mut tx = crate::store::begin(&state.pool).await?;
         let until = crate::store::limits::hold(&mut tx, &name, &key, seconds, &reason).await?;
-        tx.commit().await.map_err(crate::store::map_db_error)?;
+        tx.commit().await.map_err(crate::store::Error::from)?;
         metrics::counter!("kairos_limit_throttled_total", "limit" => name.clone()).increment(1);
         tracing::info!(limit = %name, key = %key, instance_id = %id, held_until = %crate::domain::schedule::format_instant(until), reason = %reason, "limit held");
     }

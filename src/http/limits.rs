@@ -236,7 +236,7 @@ async fn hold_limit(
     )
     .await
     .map_err(|e| not_found(e, &name))?;
-    tx.commit().await.map_err(store::map_db_error)?;
+    tx.commit().await.map_err(crate::store::Error::from)?;
     tracing::info!(limit = %name, key = %key.as_deref().unwrap_or(""), held_until = %format_instant(until), reason = %reason, "limit held");
     let view = limit_view(&state, &limit).await?;
     Ok(with_etag(StatusCode::OK, view, limit.version))

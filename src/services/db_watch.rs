@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::Heartbeats;
 use super::work_signal::WorkSignal;
 use crate::store::health::DbHealth;
-use crate::store::{self, map_db_error};
+use crate::store::{self};
 
 pub const LOOP_NAME: &str = "db_watch";
 /// Pause between probes while the database answers.
@@ -109,9 +109,8 @@ impl DbWatch {
         .bind(&self.node_id)
         .bind(outage.as_secs_f64())
         .execute(&mut *tx)
-        .await
-        .map_err(map_db_error)?;
-        tx.commit().await.map_err(map_db_error)?;
+        .await?;
+        tx.commit().await?;
         Ok(())
     }
 

@@ -10,7 +10,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::{Heartbeats, run_periodic};
-use crate::store::{self, instances, map_db_error, tasks};
+use crate::store::{self, instances, tasks};
 
 pub const LOOP_NAME: &str = "retry_scanner";
 
@@ -69,7 +69,7 @@ impl RetryScanner {
         let mut tx = crate::store::begin(&self.pool).await?;
         let moved = instances::retry_due(&mut tx, self.config.batch_size, &actor).await?;
         let resumed = tasks::resume_cooled_down(&mut tx, self.config.batch_size).await?;
-        tx.commit().await.map_err(map_db_error)?;
+        tx.commit().await?;
         for m in &moved {
             tracing::info!(task_id = %m.task_id, window_key = %m.window_key, instance_id = %m.id, attempt = %m.status, reason = "backoff elapsed", "instance retried");
         }

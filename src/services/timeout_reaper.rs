@@ -12,7 +12,7 @@ use super::{Heartbeats, run_periodic};
 use crate::domain::retry::Failure;
 use crate::otel::{SpanKind, Spans, names};
 use crate::store::health::DbHealth;
-use crate::store::{self, instances, map_db_error};
+use crate::store::{self, instances};
 
 pub const LOOP_NAME: &str = "timeout_reaper";
 
@@ -93,7 +93,7 @@ impl TimeoutReaper {
         let mut tx = crate::store::begin(&self.pool).await?;
         let locked = instances::lock_expired(&mut tx, self.config.batch_size).await?;
         if locked.is_empty() {
-            tx.commit().await.map_err(map_db_error)?;
+            tx.commit().await?;
             return Ok(ReapReport::default());
         }
         let (lost, expired): (Vec<_>, Vec<_>) = locked.into_iter().partition(|a| a.lost_to_outage);
@@ -114,7 +114,7 @@ impl TimeoutReaper {
             instances::record_failures(&mut tx, &failures, &actor, instances::ReportedBy::Kairos)
                 .await?
         };
-        tx.commit().await.map_err(map_db_error)?;
+        tx.commit().await?;
         let mut report = ReapReport {
             num_renewed: usize::try_from(renewed).unwrap_or(usize::MAX),
             ..ReapReport::default()

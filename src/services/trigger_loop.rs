@@ -32,7 +32,7 @@ use crate::store::tasks::{
     CursorMove, DueTask, WAKE_HORIZON, advance_tasks, earliest_fire_at, list_task_traces,
     lock_due_tasks, quarantine_task,
 };
-use crate::store::{self, TASKS_CHANNEL, map_db_error, notify_work_of, outbox};
+use crate::store::{self, TASKS_CHANNEL, notify_work_of, outbox};
 
 pub const LOOP_NAME: &str = "trigger";
 /// When a due task is held by another replica, wait this long before looking again.
@@ -198,8 +198,7 @@ async fn until(conn: &mut sqlx::PgConnection, at: DateTime<Utc>) -> store::Resul
     )
     .bind(at)
     .fetch_one(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     Ok(Duration::try_from_secs_f64(secs).unwrap_or(Duration::ZERO))
 }
 
@@ -265,7 +264,7 @@ impl TriggerLoop {
     async fn run_batch(&self) -> store::Result<(TriggerReport, bool)> {
         let mut tx = crate::store::begin_hot(&self.pool).await?;
         let mut batch = self.materialise(&mut tx, None, &[]).await?;
-        tx.commit().await.map_err(map_db_error)?;
+        tx.commit().await?;
         let traces = self.task_traces(batch.pending_tasks()).await;
         batch.published(&self.spans, &traces);
         Ok((batch.report, batch.full))
@@ -351,11 +350,11 @@ impl TriggerLoop {
         let wait = until(&mut tx, at).await?;
         if staged.iter().all(Batch::is_empty) {
             // Nothing to publish: hold no transaction (and no connection) while waiting.
-            tx.commit().await.map_err(map_db_error)?;
+            tx.commit().await?;
             tokio::time::sleep(wait).await;
         } else {
             tokio::time::sleep(wait).await;
-            tx.commit().await.map_err(map_db_error)?;
+            tx.commit().await?;
         }
         let traces = self
             .task_traces(staged.iter().flat_map(Batch::pending_tasks))
@@ -401,10 +400,11 @@ impl TriggerLoop {
         }
         let now: DateTime<Utc> = match staged_at {
             Some(at) => at,
-            None => sqlx::query_scalar("select now()")
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(map_db_error)?,
+            None => {
+                sqlx::query_scalar("select now()")
+                    .fetch_one(&mut *tx)
+                    .await?
+            }
         };
         let limits: Vec<(&str, i64)> = due
             .iter()

@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
-use super::{Result, map_db_error, outbox};
+use super::{Result, outbox};
 
 /// Open the circuit of every task in `task_ids` whose consecutive failed attempts reached its
 /// `circuit_breaker.failure_threshold`: pause it with the reason, and schedule the automatic
@@ -29,8 +29,7 @@ pub async fn open_circuits(conn: &mut PgConnection, task_ids: &[&str]) -> Result
     )))
     .bind(task_ids)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     let events: Vec<outbox::Event> = opened
         .iter()
         .map(|(id, failures, resume_at)| outbox::Event {

@@ -35,8 +35,8 @@ use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
+use super::Result;
 use super::instances::{INSTANCE_COLUMNS, InstanceRow};
-use super::{Result, map_db_error};
 use crate::domain::claim::{Candidate, Pick, fair_pick, fair_pick_with};
 use crate::domain::instance::Instance;
 use crate::domain::limit::{RenderedDraw, admit_all};
@@ -311,7 +311,7 @@ async fn claim_dealt(
     let mut tx = super::begin_hot(pool).await?;
     let (chosen, head_unsettled) = pick(&mut tx, scope, max, head).await?;
     if chosen.is_empty() {
-        tx.commit().await.map_err(map_db_error)?;
+        tx.commit().await?;
         return Ok((Vec::new(), head_unsettled));
     }
     // Deal the chosen rows (in claim order) to the takers in order.
@@ -345,7 +345,7 @@ async fn claim_dealt(
             }
         }
     }
-    tx.commit().await.map_err(map_db_error)?;
+    tx.commit().await?;
     for (_, r) in &rows {
         let i = &r.instance;
         if i.attempt == 1
@@ -547,8 +547,7 @@ async fn read_head(
         .bind(agent_id)
         .bind(i64::try_from(scan).unwrap_or(i64::MAX))
         .fetch_all(&mut *conn)
-        .await
-        .map_err(map_db_error)?;
+        .await?;
     Ok(head_candidates(rows))
 }
 
@@ -631,7 +630,7 @@ async fn read_per_task(
         .bind(share.map(|s| i64::try_from(s).unwrap_or(i64::MAX)))
         .fetch_all(&mut *conn)
         .await
-        .map_err(map_db_error)
+        .map_err(crate::store::Error::from)
 }
 
 /// Step 2: reserve, per chosen task, up to as many permits as rows were chosen of it, among
@@ -696,7 +695,7 @@ async fn reserve_permits(conn: &mut PgConnection, chosen: &[Chosen]) -> Result<V
     .bind(&offsets)
     .fetch_all(&mut *conn)
     .await
-    .map_err(map_db_error)
+    .map_err(crate::store::Error::from)
 }
 
 /// Step 3a, in a fresh snapshot (it sees every claim committed before the permits were
@@ -772,7 +771,7 @@ async fn recheck(
     .bind(scope.cap())
     .fetch_all(&mut *conn)
     .await
-    .map_err(map_db_error)
+    .map_err(crate::store::Error::from)
 }
 
 /// What [`grant`] needs of a chosen task, read in the fresh snapshot.
@@ -912,7 +911,7 @@ async fn take(
                 .map(|r| (usize::try_from(r.taker).unwrap_or(usize::MAX), r.row))
                 .collect()
         })
-        .map_err(map_db_error)
+        .map_err(crate::store::Error::from)
 }
 
 /// Step 3b, for granted rows that draw on shared limits: lock their budgets (in one order,
@@ -1013,7 +1012,7 @@ pub async fn next_available_at(
     .bind(agent_id)
     .fetch_one(pool)
     .await
-    .map_err(map_db_error)
+    .map_err(crate::store::Error::from)
 }
 
 /// The agents with unpaused webhook tasks: the only agents whose work the webhook dispatcher
@@ -1023,8 +1022,7 @@ pub async fn webhook_agents(pool: &PgPool) -> Result<HashSet<String>> {
         "select distinct agent_id from tasks where dispatch_mode = 'webhook' and not paused",
     )
     .fetch_all(pool)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     Ok(agents.into_iter().collect())
 }
 

@@ -7,9 +7,9 @@
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
+use super::Result;
 use super::claim::{Claimed, ClaimedRow};
 use super::instances::INSTANCE_COLUMNS;
-use super::{Result, map_db_error};
 
 /// Longest `claim_id`, in characters.
 pub const MAX_CLAIM_ID_CHARS: usize = 128;
@@ -41,8 +41,7 @@ pub async fn record(
     .bind(&tokens)
     .bind(lease_seconds)
     .execute(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     Ok(())
 }
 
@@ -79,8 +78,7 @@ pub async fn replay(
     .bind(worker_id)
     .bind(claim_id)
     .fetch_all(pool)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     if rows.is_empty() {
         return Ok(None);
     }
@@ -101,8 +99,7 @@ pub async fn prune_expired(pool: &PgPool, limit: i64) -> Result<u64> {
     )
     .bind(limit)
     .execute(&mut *tx)
-    .await
-    .map_err(map_db_error)?;
-    tx.commit().await.map_err(map_db_error)?;
+    .await?;
+    tx.commit().await?;
     Ok(done.rows_affected())
 }

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::{Result, map_db_error};
+use super::Result;
 use crate::domain::instance::InstanceStatus;
 
 /// A table with more rows than this (planner estimate) is not counted exactly for terminal
@@ -63,8 +63,7 @@ pub async fn recent_windows(
     .bind(task_ids)
     .bind(per_task)
     .fetch_all(pool)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     let mut out: HashMap<String, Vec<WindowCell>> = HashMap::new();
     for r in rows {
         out.entry(r.task_id.clone()).or_default().push(r);
@@ -101,7 +100,7 @@ pub async fn gauges(pool: &PgPool) -> Result<Vec<Gauge>> {
     sqlx::query_as("select name, value, exact, sampled_at from console_gauges order by name")
         .fetch_all(pool)
         .await
-        .map_err(map_db_error)
+        .map_err(crate::store::Error::from)
 }
 
 /// Minute rollups from `since` on, oldest first.
@@ -114,7 +113,7 @@ pub async fn minutes_since(pool: &PgPool, since: DateTime<Utc>) -> Result<Vec<Mi
     .bind(since)
     .fetch_all(pool)
     .await
-    .map_err(map_db_error)
+    .map_err(crate::store::Error::from)
 }
 
 /// Per-status instance counts: exact for a small table, and for the live statuses (each read
@@ -125,14 +124,12 @@ async fn count_statuses(conn: &mut PgConnection) -> Result<Vec<(String, i64, boo
         "select reltuples::float8 from pg_class where oid = 'task_instance'::regclass",
     )
     .fetch_one(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     if estimate < EXACT_COUNT_MAX_ROWS {
         let rows: Vec<(String, i64)> =
             sqlx::query_as("select status, count(*) from task_instance group by status")
                 .fetch_all(&mut *conn)
-                .await
-                .map_err(map_db_error)?;
+                .await?;
         return Ok(InstanceStatus::ALL
             .iter()
             .map(|s| {
@@ -154,8 +151,7 @@ async fn count_statuses(conn: &mut PgConnection) -> Result<Vec<(String, i64, boo
         let n: i64 = sqlx::query_scalar("select count(*) from task_instance where status = $1")
             .bind(live.as_str())
             .fetch_one(&mut *conn)
-            .await
-            .map_err(map_db_error)?;
+            .await?;
         out.push((live.as_str().to_owned(), n, true));
     }
     // Most-common-value frequencies of `status` times the row estimate.
@@ -166,8 +162,7 @@ async fn count_statuses(conn: &mut PgConnection) -> Result<Vec<(String, i64, boo
            and s.attname = 'status'",
     )
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     for terminal in [
         InstanceStatus::Success,
         InstanceStatus::Skipped,
@@ -194,8 +189,7 @@ pub async fn sample(pool: &PgPool) -> Result<Option<Vec<(String, i64, bool)>>> {
     let locked: bool = sqlx::query_scalar("select pg_try_advisory_xact_lock($1)")
         .bind(SAMPLER_LOCK)
         .fetch_one(&mut *tx)
-        .await
-        .map_err(map_db_error)?;
+        .await?;
     if !locked {
         return Ok(None);
     }
@@ -205,8 +199,7 @@ pub async fn sample(pool: &PgPool) -> Result<Option<Vec<(String, i64, bool)>>> {
                 count(*) filter (where paused and paused_reason like 'circuit open%') from tasks",
     )
     .fetch_one(&mut *tx)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     let mut names: Vec<String> = Vec::new();
     let mut values: Vec<i64> = Vec::new();
     let mut exact: Vec<bool> = Vec::new();
@@ -233,8 +226,7 @@ pub async fn sample(pool: &PgPool) -> Result<Option<Vec<(String, i64, bool)>>> {
     .bind(&values)
     .bind(&exact)
     .execute(&mut *tx)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "insert into console_minutes (minute, windows, succeeded, skipped, failed, dead, open, \
              fire_lag_p50_ms, fire_lag_p99_ms, start_lag_p50_ms, start_lag_p99_ms, sampled_at) \
@@ -268,14 +260,12 @@ pub async fn sample(pool: &PgPool) -> Result<Option<Vec<(String, i64, bool)>>> {
              start_lag_p99_ms = excluded.start_lag_p99_ms, sampled_at = excluded.sampled_at"
     )))
     .execute(&mut *tx)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "delete from console_minutes where minute < now() - interval '{KEEP_MINUTES_HOURS} hours'"
     )))
     .execute(&mut *tx)
-    .await
-    .map_err(map_db_error)?;
-    tx.commit().await.map_err(map_db_error)?;
+    .await?;
+    tx.commit().await?;
     Ok(Some(statuses))
 }

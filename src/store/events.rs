@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::{Error, Result, map_db_error};
+use super::{Error, Result};
 use crate::domain::instance::InstanceEvent;
 
 #[derive(sqlx::FromRow)]
@@ -28,8 +28,7 @@ pub async fn list_events(pool: &PgPool, instance_id: Uuid) -> Result<Vec<Instanc
     )
     .bind(instance_id)
     .fetch_all(pool)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     rows.into_iter()
         .map(|r| {
             Ok(InstanceEvent {

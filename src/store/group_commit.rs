@@ -20,7 +20,7 @@ use super::instances::{
     Completion, FailureReport, LeaseExtension, Report, Written, answer_each, complete_in, fail_in,
     heartbeat_in, lock_lease_rows,
 };
-use super::{Error, Result, map_db_error};
+use super::{Error, Result};
 use crate::domain::instance::Instance;
 
 /// Most calls one shared transaction takes (a batch completion's items count one each).
@@ -230,7 +230,7 @@ async fn write(pool: &PgPool, ops: &[Op]) -> Result<(BatchWritten, Vec<bool>)> {
     if !fails.is_empty() {
         w.fails = fail_in(&mut tx, &fails).await?;
     }
-    tx.commit().await.map_err(map_db_error)?;
+    tx.commit().await?;
     Ok((w, deferred))
 }
 

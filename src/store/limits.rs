@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
-use super::{Error, Result, map_db_error};
+use super::{Error, Result};
 use crate::domain::limit::{Budget, LimitSpec, micros};
 use crate::domain::task::FieldError;
 
@@ -66,8 +66,7 @@ pub async fn get_limit(pool: &PgPool, name: &str) -> Result<Limit> {
     )))
     .bind(name)
     .fetch_one(pool)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     Ok(row.into())
 }
 
@@ -77,8 +76,7 @@ pub async fn list_limits(pool: &PgPool) -> Result<Vec<Limit>> {
         "select {LIMIT_COLUMNS} from limits order by name"
     )))
     .fetch_all(pool)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     Ok(rows.into_iter().map(Limit::from).collect())
 }
 
@@ -95,7 +93,7 @@ async fn tasks_drawing_on(conn: &mut PgConnection, name: &str) -> Result<Vec<(St
     .bind(name)
     .fetch_all(&mut *conn)
     .await
-    .map_err(map_db_error)
+    .map_err(crate::store::Error::from)
 }
 
 /// Create or replace a limit declaratively: the same spec changes nothing (not even the
@@ -113,8 +111,7 @@ pub async fn upsert_limit(
     )))
     .bind(name)
     .fetch_optional(&mut *tx)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     if let Some(v) = if_match {
         match &existing {
             Some(l) if l.version == v => {}
@@ -124,7 +121,7 @@ pub async fn upsert_limit(
     }
     let outcome = match existing {
         Some(l) if l.spec.0 == *spec => {
-            tx.commit().await.map_err(map_db_error)?;
+            tx.commit().await?;
             return Ok((Upserted::Unchanged, l.into()));
         }
         Some(_) => {
@@ -156,8 +153,7 @@ pub async fn upsert_limit(
             .bind(name)
             .bind(spec.per_key)
             .execute(&mut *tx)
-            .await
-            .map_err(map_db_error)?;
+            .await?;
             sqlx::query(
                 "update limits set spec = $2, version = version + 1, updated_at = now() \
                  where name = $1",
@@ -165,8 +161,7 @@ pub async fn upsert_limit(
             .bind(name)
             .bind(Json(spec))
             .execute(&mut *tx)
-            .await
-            .map_err(map_db_error)?;
+            .await?;
             Upserted::Replaced
         }
         None => {
@@ -176,8 +171,7 @@ pub async fn upsert_limit(
             .bind(name)
             .bind(Json(spec))
             .execute(&mut *tx)
-            .await
-            .map_err(map_db_error)?;
+            .await?;
             if inserted.rows_affected() == 0 {
                 return Err(Error::Conflict(format!(
                     "limit {name:?} was created concurrently; retry the request"
@@ -191,9 +185,8 @@ pub async fn upsert_limit(
     )))
     .bind(name)
     .fetch_one(&mut *tx)
-    .await
-    .map_err(map_db_error)?;
-    tx.commit().await.map_err(map_db_error)?;
+    .await?;
+    tx.commit().await?;
     Ok((outcome, row.into()))
 }
 
@@ -204,8 +197,7 @@ pub async fn delete_limit(pool: &PgPool, name: &str) -> Result<()> {
         sqlx::query_scalar("select name from limits where name = $1 for update")
             .bind(name)
             .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_db_error)?;
+            .await?;
     if found.is_none() {
         return Err(Error::NotFound);
     }
@@ -221,9 +213,8 @@ pub async fn delete_limit(pool: &PgPool, name: &str) -> Result<()> {
     sqlx::query("delete from limits where name = $1")
         .bind(name)
         .execute(&mut *tx)
-        .await
-        .map_err(map_db_error)?;
-    tx.commit().await.map_err(map_db_error)?;
+        .await?;
+    tx.commit().await?;
     Ok(())
 }
 
@@ -243,8 +234,7 @@ pub async fn check_draws(
     )
     .bind(&names)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     let specs: HashMap<&str, &LimitSpec> = found.iter().map(|(n, s)| (n.as_str(), &s.0)).collect();
     for (i, d) in draws.iter().enumerate() {
         let Some(spec) = specs.get(d.name.as_str()) else {
@@ -284,8 +274,7 @@ pub async fn render_waiting_draws(conn: &mut PgConnection, task_id: &str) -> Res
     )
     .bind(task_id)
     .execute(&mut *conn)
-    .await
-    .map_err(map_db_error)?
+    .await?
     .rows_affected())
 }
 
@@ -365,8 +354,7 @@ pub async fn read_budgets(
         .bind(&names)
         .bind(&keys)
         .execute(&mut *conn)
-        .await
-        .map_err(map_db_error)?;
+        .await?;
         sqlx::query(
             "select 1 from limit_state s \
              where (s.limit_name, s.key) in ( \
@@ -377,8 +365,7 @@ pub async fn read_budgets(
         .bind(&names)
         .bind(&keys)
         .execute(&mut *conn)
-        .await
-        .map_err(map_db_error)?;
+        .await?;
     }
     let rows: Vec<BudgetRow> = sqlx::query_as(
         "select d.name, d.key, l.spec, \
@@ -393,8 +380,7 @@ pub async fn read_budgets(
     .bind(&names)
     .bind(&keys)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     let now = rows.first().map(|r| r.now).unwrap_or_else(Utc::now);
     // One budget per (limit, effective key): draws of one limit with different rendered keys
     // share it when the limit is not per_key.
@@ -470,8 +456,7 @@ async fn lock_budgets(conn: &mut PgConnection, names: &[&str], keys: &[&str]) ->
     .bind(names)
     .bind(keys)
     .fetch_one(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     Ok(locked >= wanted)
 }
 
@@ -496,8 +481,7 @@ pub async fn store_tats(
     .bind(&keys)
     .bind(&at)
     .execute(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     Ok(())
 }
 
@@ -526,8 +510,7 @@ pub async fn insert_units(
     .bind(&keys)
     .bind(&costs)
     .execute(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     Ok(())
 }
 
@@ -558,8 +541,7 @@ pub async fn hold(
     .bind(seconds as f64)
     .bind(reason)
     .fetch_optional(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     until.ok_or(Error::NotFound)
 }
 
@@ -575,10 +557,9 @@ pub async fn release(pool: &PgPool, name: &str, key: Option<&str>) -> Result<u64
     .bind(name)
     .bind(key)
     .execute(&mut *tx)
-    .await
-    .map_err(map_db_error)?
+    .await?
     .rows_affected();
-    tx.commit().await.map_err(map_db_error)?;
+    tx.commit().await?;
     Ok(released)
 }
 
@@ -601,7 +582,7 @@ pub struct Usage {
 }
 
 pub async fn usage(pool: &PgPool, name: &str, top: i64) -> Result<Usage> {
-    let mut conn = pool.acquire().await.map_err(map_db_error)?;
+    let mut conn = pool.acquire().await?;
     let keys: Vec<KeyUsage> = sqlx::query_as(
         "with k as ( \
              select key from limit_state where limit_name = $1 \
@@ -619,15 +600,13 @@ pub async fn usage(pool: &PgPool, name: &str, top: i64) -> Result<Usage> {
     .bind(name)
     .bind(top)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     let (running, now): (i64, DateTime<Utc>) = sqlx::query_as(
         "select (select coalesce(sum(cost), 0) from limit_units where limit_name = $1)::bigint, now()",
     )
     .bind(name)
     .fetch_one(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     Ok(Usage { keys, running, now })
 }
 
@@ -645,8 +624,7 @@ pub async fn instance_draw(
     .bind(instance_id)
     .bind(name)
     .fetch_optional(pool)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     match key {
         None => Err(Error::NotFound),
         Some(k) => Ok(k),
@@ -680,5 +658,5 @@ pub async fn gauges(pool: &PgPool) -> Result<Vec<Gauge>> {
     )
     .fetch_all(pool)
     .await
-    .map_err(map_db_error)
+    .map_err(crate::store::Error::from)
 }

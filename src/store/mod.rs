@@ -63,7 +63,7 @@ pub const WORK_CHANNEL: &str = "kairos_work";
 pub async fn begin_hot(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
     pool.begin_with(begin_sql(pool, BEGIN_HOT))
         .await
-        .map_err(map_db_error)
+        .map_err(crate::store::Error::from)
 }
 
 /// Begin a transaction (`pool.begin()` for every pool, [`pgbouncer_begin`]). Writes outside the
@@ -76,7 +76,7 @@ pub async fn begin(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Pos
     } else {
         pool.begin().await
     }
-    .map_err(map_db_error)
+    .map_err(crate::store::Error::from)
 }
 
 /// What [`begin`] sends through PgBouncer: the mark [`pgbouncer_begin`] set, set again.
@@ -94,7 +94,7 @@ pub const SHARED_LOCK_WAIT_MS: u64 = 200;
 pub async fn begin_hot_shared(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
     pool.begin_with(begin_sql(pool, BEGIN_HOT_SHARED))
         .await
-        .map_err(map_db_error)
+        .map_err(crate::store::Error::from)
 }
 
 /// The `BEGIN` of [`begin_hot_shared`] (its lock timeout is [`SHARED_LOCK_WAIT_MS`]).
@@ -111,8 +111,7 @@ pub async fn hold_task_cursor(conn: &mut PgConnection, task_id: &str) -> Result<
     sqlx::query("select 1 from task_cursor where task_id = $1 for key share")
         .bind(task_id)
         .execute(&mut *conn)
-        .await
-        .map_err(map_db_error)?;
+        .await?;
     Ok(())
 }
 
@@ -147,8 +146,7 @@ async fn send_work_payloads(conn: &mut PgConnection, payloads: Vec<String>) -> R
         .bind(WORK_CHANNEL)
         .bind(payloads)
         .execute(&mut *conn)
-        .await
-        .map_err(map_db_error)?;
+        .await?;
     Ok(())
 }
 
@@ -331,7 +329,16 @@ pub enum Error {
     #[error("invalid stored data: {0}")]
     Corrupt(String),
     #[error(transparent)]
-    Db(#[from] sqlx::Error),
+    Db(sqlx::Error),
+}
+
+/// `?` on a database error maps it ([`map_db_error`]): a missing row is [`Error::NotFound`], a
+/// uniqueness violation [`Error::Conflict`], a value the database refused [`Error::Invalid`],
+/// anything else [`Error::Db`]. So a bare `?` is always right.
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        map_db_error(e)
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -707,13 +714,11 @@ pub fn migration_lock_key(database: &str) -> i64 {
 pub async fn missing_migrations(pool: &PgPool) -> Result<Vec<String>> {
     let exists: bool = sqlx::query_scalar("select to_regclass('_sqlx_migrations') is not null")
         .fetch_one(pool)
-        .await
-        .map_err(map_db_error)?;
+        .await?;
     let applied: Vec<i64> = if exists {
         sqlx::query_scalar("select version from _sqlx_migrations where success")
             .fetch_all(pool)
-            .await
-            .map_err(map_db_error)?
+            .await?
     } else {
         Vec::new()
     };
@@ -730,8 +735,7 @@ pub async fn migrations_applied(pool: &PgPool) -> Result<bool> {
     let applied: Option<i64> =
         sqlx::query_scalar("select max(version) from _sqlx_migrations where success")
             .fetch_one(pool)
-            .await
-            .map_err(map_db_error)?;
+            .await?;
     Ok(applied.unwrap_or(0) >= latest)
 }
 
@@ -740,7 +744,7 @@ pub async fn now(pool: &PgPool) -> Result<chrono::DateTime<chrono::Utc>> {
     sqlx::query_scalar("select now()")
         .fetch_one(pool)
         .await
-        .map_err(map_db_error)
+        .map_err(crate::store::Error::from)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::{Result, map_db_error};
+use super::Result;
 
 /// Which `notify` list of the task an event goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,8 +90,7 @@ pub async fn enqueue(conn: &mut PgConnection, events: &[Event]) -> Result<u64> {
     .bind(&lists)
     .bind(&payloads)
     .execute(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     Ok(written.rows_affected())
 }
 
@@ -126,9 +125,8 @@ pub async fn take_due(pool: &PgPool, limit: i64, hold_seconds: f64) -> Result<Ve
     .bind(limit)
     .bind(hold_seconds)
     .fetch_all(&mut *tx)
-    .await
-    .map_err(map_db_error)?;
-    tx.commit().await.map_err(map_db_error)?;
+    .await?;
+    tx.commit().await?;
     Ok(taken)
 }
 
@@ -137,9 +135,8 @@ pub async fn mark_delivered(pool: &PgPool, id: Uuid) -> Result<()> {
     sqlx::query("update outbox set delivered_at = now(), last_error = null where id = $1")
         .bind(id)
         .execute(&mut *tx)
-        .await
-        .map_err(map_db_error)?;
-    tx.commit().await.map_err(map_db_error)?;
+        .await?;
+    tx.commit().await?;
     Ok(())
 }
 
@@ -165,8 +162,7 @@ pub async fn mark_failed(
     .bind(retry_in.as_secs_f64())
     .bind(max_age_seconds as f64)
     .fetch_one(&mut *tx)
-    .await
-    .map_err(map_db_error)?;
-    tx.commit().await.map_err(map_db_error)?;
+    .await?;
+    tx.commit().await?;
     Ok(gave_up)
 }

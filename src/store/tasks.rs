@@ -6,7 +6,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
-use super::{Error, Result, TASKS_CHANNEL, map_db_error};
+use super::{Error, Result, TASKS_CHANNEL};
 use crate::domain::task::{
     Execution, FieldError, Task, TaskId, TaskSpec, TaskSubmission, TriggerSpec,
 };
@@ -64,8 +64,7 @@ pub async fn get_task(pool: &PgPool, id: &str) -> Result<Task> {
     )))
     .bind(id)
     .fetch_optional(pool)
-    .await
-    .map_err(map_db_error)?
+    .await?
     .ok_or(Error::NotFound)?;
     row.try_into()
 }
@@ -85,8 +84,7 @@ pub async fn list_task_traces(
     )
     .bind(ids)
     .fetch_all(pool)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     Ok(rows
         .into_iter()
         .filter_map(|(id, parent, state)| {
@@ -125,11 +123,7 @@ pub async fn list_tasks(pool: &PgPool, f: &TaskFilter) -> Result<Vec<Task>> {
         q.push(" and id > ").push_bind(after.clone());
     }
     q.push(" order by id limit ").push_bind(f.limit);
-    let rows: Vec<TaskRow> = q
-        .build_query_as()
-        .fetch_all(pool)
-        .await
-        .map_err(map_db_error)?;
+    let rows: Vec<TaskRow> = q.build_query_as().fetch_all(pool).await?;
     rows.into_iter().map(Task::try_from).collect()
 }
 
@@ -156,8 +150,7 @@ async fn lock_task(conn: &mut PgConnection, id: &str) -> Result<Option<Task>> {
     )))
     .bind(id)
     .fetch_optional(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     row.map(Task::try_from).transpose()
 }
 
@@ -183,8 +176,7 @@ async fn notify_task_changed(
         .bind(at)
         .bind(WAKE_HORIZON.as_secs_f64())
         .execute(&mut *conn)
-        .await
-        .map_err(map_db_error)?;
+        .await?;
     Ok(())
 }
 
@@ -194,8 +186,7 @@ async fn check_dependency(conn: &mut PgConnection, id: &TaskId, upstream: &TaskI
     let exists: bool = sqlx::query_scalar("select exists(select 1 from tasks where id = $1)")
         .bind(upstream.as_str())
         .fetch_one(&mut *conn)
-        .await
-        .map_err(map_db_error)?;
+        .await?;
     if !exists {
         return Err(Error::Invalid(FieldError::new(
             "trigger.task",
@@ -214,8 +205,7 @@ async fn check_dependency(conn: &mut PgConnection, id: &TaskId, upstream: &TaskI
     .bind(id.as_str())
     .bind(MAX_DEPENDENCY_DEPTH)
     .fetch_one(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     if cycle {
         return Err(Error::Invalid(FieldError::new(
             "trigger.task",
@@ -242,14 +232,12 @@ pub async fn upsert_task(
     if let Some(upstream) = spec.trigger.upstream() {
         sqlx::query("select pg_advisory_xact_lock(hashtext('kairos:dependencies'))")
             .execute(&mut *tx)
-            .await
-            .map_err(map_db_error)?;
+            .await?;
         check_dependency(&mut tx, &spec.id, upstream).await?;
     }
     let now: DateTime<Utc> = sqlx::query_scalar("select now()")
         .fetch_one(&mut *tx)
-        .await
-        .map_err(map_db_error)?;
+        .await?;
 
     if let TriggerSpec::Cron { expr, timezone } = &spec.trigger {
         // The shortest gap between fire times is measured from now (DST included).
@@ -287,8 +275,7 @@ pub async fn upsert_task(
             .bind(&trace_parent)
             .bind(trace_state)
             .execute(&mut *tx)
-            .await
-            .map_err(map_db_error)?;
+            .await?;
             if inserted.rows_affected() == 0 {
                 // Another request created it between our lock attempt and the insert.
                 return Err(Error::Conflict(format!(
@@ -308,7 +295,7 @@ pub async fn upsert_task(
         Some(current) => {
             let pause_change = sub.paused.filter(|p| *p != current.paused);
             if current.spec == *spec && pause_change.is_none() {
-                tx.commit().await.map_err(map_db_error)?;
+                tx.commit().await?;
                 return Ok((Upserted::Unchanged, current));
             }
             // A changed trigger, or a resume by definition, starts the schedule afresh from now;
@@ -341,8 +328,7 @@ pub async fn upsert_task(
             .bind(&trace_parent)
             .bind(trace_state)
             .execute(&mut *tx)
-            .await
-            .map_err(map_db_error)?;
+            .await?;
             if restart {
                 let next_fire_at = if trigger_changed {
                     registered_fire_at(&spec.trigger, now)?
@@ -381,7 +367,7 @@ pub async fn upsert_task(
     if !task.paused {
         notify_task_changed(&mut tx, spec.id.as_str(), task.next_fire_at).await?;
     }
-    tx.commit().await.map_err(map_db_error)?;
+    tx.commit().await?;
     Ok((outcome, task))
 }
 
@@ -392,15 +378,14 @@ pub async fn delete_task(pool: &PgPool, id: &str, actor: &str) -> Result<u64> {
     let deleted = sqlx::query("delete from tasks where id = $1")
         .bind(id)
         .execute(&mut *tx)
-        .await
-        .map_err(map_db_error)?;
+        .await?;
     if deleted.rows_affected() == 0 {
         return Err(Error::NotFound);
     }
     let cancelled =
         super::instances::cancel_unstarted_of_task(&mut tx, id, actor, "task deleted").await?;
     orphan_dependents(&mut tx, id).await?;
-    tx.commit().await.map_err(map_db_error)?;
+    tx.commit().await?;
     Ok(cancelled)
 }
 
@@ -416,10 +401,9 @@ pub async fn pause_task(pool: &PgPool, id: &str, reason: &str) -> Result<Task> {
     .bind(id)
     .bind(reason)
     .fetch_optional(&mut *tx)
-    .await
-    .map_err(map_db_error)?
+    .await?
     .ok_or(Error::NotFound)?;
-    tx.commit().await.map_err(map_db_error)?;
+    tx.commit().await?;
     row.try_into()
 }
 
@@ -429,13 +413,12 @@ pub async fn resume_task(pool: &PgPool, id: &str) -> Result<Task> {
     let mut tx = crate::store::begin(pool).await?;
     let current = lock_task(&mut tx, id).await?.ok_or(Error::NotFound)?;
     if !current.paused {
-        tx.commit().await.map_err(map_db_error)?;
+        tx.commit().await?;
         return Ok(current);
     }
     let now: DateTime<Utc> = sqlx::query_scalar("select now()")
         .fetch_one(&mut *tx)
-        .await
-        .map_err(map_db_error)?;
+        .await?;
     let next_fire_at = resumed_fire_at(&current.spec.trigger, now)?;
     sqlx::query(
         "update tasks set paused = false, paused_reason = null, paused_at = null, \
@@ -444,12 +427,11 @@ pub async fn resume_task(pool: &PgPool, id: &str) -> Result<Task> {
     )
     .bind(id)
     .execute(&mut *tx)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     set_next_fire_at(&mut tx, id, next_fire_at).await?;
     notify_task_changed(&mut tx, id, next_fire_at).await?;
     let task = lock_task(&mut tx, id).await?.ok_or(Error::NotFound)?;
-    tx.commit().await.map_err(map_db_error)?;
+    tx.commit().await?;
     Ok(task)
 }
 
@@ -463,8 +445,7 @@ async fn set_next_fire_at(
         .bind(id)
         .bind(next_fire_at)
         .execute(&mut *conn)
-        .await
-        .map_err(map_db_error)?;
+        .await?;
     Ok(())
 }
 
@@ -552,8 +533,7 @@ pub async fn lock_due_tasks(
         .bind(staged_until)
         .bind(passed_over)
         .fetch_all(&mut *conn)
-        .await
-        .map_err(map_db_error)?;
+        .await?;
     let mut due = Vec::with_capacity(rows.len());
     let mut bad = Vec::new();
     for row in rows {
@@ -626,8 +606,7 @@ pub async fn advance_tasks(conn: &mut PgConnection, moves: &[CursorMove]) -> Res
     .bind(&next)
     .bind(&last)
     .execute(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     Ok(())
 }
 
@@ -641,8 +620,7 @@ pub async fn quarantine_task(conn: &mut PgConnection, id: &str, reason: &str) ->
     .bind(id)
     .bind(reason)
     .execute(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     Ok(())
 }
 
@@ -655,7 +633,7 @@ pub async fn earliest_fire_at(pool: &PgPool) -> Result<(Option<DateTime<Utc>>, D
     )
     .fetch_one(pool)
     .await
-    .map_err(map_db_error)
+    .map_err(crate::store::Error::from)
 }
 
 /// Resume up to `limit` tasks whose circuit cooldown has ended. The circuit is then half-open:
@@ -673,8 +651,7 @@ pub async fn resume_cooled_down(
     )
     .bind(limit)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     let mut resumed = Vec::with_capacity(rows.len());
     for row in rows {
         let trigger = match parse_due_parts(row.trigger.as_deref(), row.execution.as_deref()) {
@@ -692,8 +669,7 @@ pub async fn resume_cooled_down(
         )
         .bind(&row.id)
         .execute(&mut *conn)
-        .await
-        .map_err(map_db_error)?;
+        .await?;
         set_next_fire_at(conn, &row.id, next).await?;
         notify_task_changed(conn, &row.id, next).await?;
         super::notify_work(conn, &row.agent_id).await?;
@@ -715,8 +691,7 @@ pub async fn orphan_dependents(conn: &mut PgConnection, upstream: &str) -> Resul
     )
     .bind(upstream)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     for id in &ids {
         tracing::warn!(task_id = %id, upstream_task_id = %upstream, reason = "upstream deleted", "dependent task paused");
     }

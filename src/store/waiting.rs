@@ -11,7 +11,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 use sqlx::types::Json;
 
-use super::{Result, map_db_error};
+use super::Result;
 use crate::domain::instance::{Instance, InstanceStatus};
 use crate::domain::limit::{Refusal, RenderedDraw, instant};
 use crate::domain::schedule::format_instant;
@@ -87,8 +87,7 @@ pub async fn waiting_on(
     )))
     .bind(inst.id)
     .fetch_one(pool)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     let now = f.now;
     let mut out = Vec::new();
     if inst.available_at > now {
@@ -205,7 +204,7 @@ async fn limit_reasons(pool: &PgPool, draws: &[RenderedDraw]) -> Result<Vec<Wait
         .iter()
         .map(|d| (d.name.clone(), d.key.clone()))
         .collect();
-    let mut conn = pool.acquire().await.map_err(map_db_error)?;
+    let mut conn = pool.acquire().await?;
     let budgets = super::limits::read_budgets(&mut conn, &pairs, false).await?;
     let mut out = Vec::new();
     for d in draws {
@@ -235,8 +234,7 @@ async fn limit_reasons(pool: &PgPool, draws: &[RenderedDraw]) -> Result<Vec<Wait
                 .bind(name)
                 .bind(key)
                 .fetch_all(&mut *conn)
-                .await
-                .map_err(map_db_error)?;
+                .await?;
                 let ids: Vec<String> = holders.iter().map(ToString::to_string).collect();
                 Waiting::new(
                     "limit_concurrency",
@@ -316,9 +314,8 @@ pub fn seen_claiming(pool: &PgPool, agent_id: &str) {
             )
             .bind(&agent)
             .execute(&mut *tx)
-            .await
-            .map_err(map_db_error)?;
-            tx.commit().await.map_err(map_db_error)
+            .await?;
+            tx.commit().await.map_err(crate::store::Error::from)
         }
         .await;
         if let Err(e) = done {
@@ -335,5 +332,5 @@ pub async fn agents_last_claim(pool: &PgPool) -> Result<Vec<(String, f64)>> {
     )
     .fetch_all(pool)
     .await
-    .map_err(map_db_error)
+    .map_err(crate::store::Error::from)
 }

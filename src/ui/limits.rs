@@ -376,7 +376,7 @@ pub async fn limit_action(
                 &reason,
             )
             .await?;
-            tx.commit().await.map_err(store::map_db_error)?;
+            tx.commit().await.map_err(crate::store::Error::from)?;
             tracing::info!(limit = %name, key = %key.as_deref().unwrap_or(""), held_until = %crate::domain::schedule::format_instant(until), reason = %reason, principal = %principal, "limit held from the console");
             Ok(Redirect::to(&format!("/ui/limits?done=held#limit-{name}")).into_response())
         }

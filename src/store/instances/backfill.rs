@@ -15,7 +15,7 @@ use super::{
     insert_windows, status_names, unfinished_windows,
 };
 use crate::domain::instance::{Event, Instance, InstanceStatus, Source, legal_sources};
-use crate::store::{Error, Result, map_db_error, notify_work_for};
+use crate::store::{Error, Result, notify_work_for};
 
 /// What a backfill did (or, in a dry run, would do) to each window.
 #[derive(Debug, Clone, Default)]
@@ -60,8 +60,7 @@ async fn retry_windows(
     .bind(keys)
     .bind(priority)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     rows.into_iter().map(Instance::try_from).collect()
 }
 
@@ -125,14 +124,12 @@ pub async fn backfill(
     sqlx::query("select pg_advisory_xact_lock(hashtext('kairos:backfill:' || $1))")
         .bind(task_id)
         .execute(&mut *tx)
-        .await
-        .map_err(map_db_error)?;
+        .await?;
     let spec: Option<Json<Value>> =
         sqlx::query_scalar("select spec from tasks where id = $1 for key share")
             .bind(task_id)
             .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_db_error)?;
+            .await?;
     let spec: TaskSpec = serde_json::from_value(spec.ok_or(Error::NotFound)?.0)
         .map_err(|e| Error::Corrupt(format!("tasks.spec: {e}")))?;
     crate::store::hold_task_cursor(&mut tx, task_id).await?;
@@ -158,8 +155,7 @@ pub async fn backfill(
     .bind(task_id)
     .bind(&keys)
     .fetch_all(&mut *tx)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     let reprocess_from = match req.reprocess {
         Reprocess::None => Vec::new(),
         Reprocess::Failed => status_names(&reprocess_failed_sources()),
@@ -297,14 +293,14 @@ pub async fn backfill(
         if claimable > 0 {
             notify_work_for(&mut tx, &spec.agent_id, claimable).await?;
         }
-        tx.commit().await.map_err(map_db_error)?;
+        tx.commit().await?;
         // Windows materialised as PENDING, as the trigger loop counts them.
         metrics::counter!("kairos_windows_created_total").increment(pending as u64);
     } else {
         report.created = planned.len();
         report.skipped = planned.iter().filter(|p| p.skip.is_some()).count();
         report.reprocessed = to_reprocess.len();
-        tx.rollback().await.map_err(map_db_error)?;
+        tx.rollback().await?;
     }
     report.windows = keys
         .into_iter()

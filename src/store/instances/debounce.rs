@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use crate::domain::task::{Debounce, TaskSpec};
 use crate::domain::trace::TraceContext;
-use crate::store::{Error, Result, map_db_error};
+use crate::store::{Error, Result};
 
 /// How often a trigger may find its key's instance no longer waiting and clear it before it
 /// gives up. Each round is lost only to another trigger of the same key that made a fresh
@@ -107,8 +107,7 @@ pub(super) async fn debounce_trigger(
             .bind(trigger.trace.as_ref().map(TraceContext::traceparent))
             .bind(trigger.trace.as_ref().and_then(|t| t.state.as_deref()))
             .fetch_optional(&mut *conn)
-            .await
-            .map_err(map_db_error)?;
+            .await?;
         match row {
             Some((id, true)) => return Ok((id, Outcome::Created)),
             Some((id, false)) => return Ok((id, Outcome::Debounced)),
@@ -120,16 +119,14 @@ pub(super) async fn debounce_trigger(
             .bind(task_id)
             .bind(key)
             .execute(&mut *conn)
-            .await
-            .map_err(map_db_error)?
+            .await?
             .rows_affected();
         if released == 0 {
             let task_exists: bool =
                 sqlx::query_scalar("select exists(select 1 from tasks where id = $1)")
                     .bind(task_id)
                     .fetch_one(&mut *conn)
-                    .await
-                    .map_err(map_db_error)?;
+                    .await?;
             if !task_exists {
                 return Err(Error::NotFound);
             }

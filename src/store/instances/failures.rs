@@ -14,9 +14,7 @@ use super::{
 use crate::domain::instance::{Event, Instance, InstanceStatus};
 use crate::domain::retry::{FailingAttempt, Failure, plan_failure};
 use crate::domain::task::RetryBackoff;
-use crate::store::{
-    RUNNING_BY_ID, Result, SourceIs, circuit, map_db_error, notify_work_of, outbox,
-};
+use crate::store::{RUNNING_BY_ID, Result, SourceIs, circuit, notify_work_of, outbox};
 
 /// `i.status = 'RUNNING'`: the rows the reaper locks are the sources of a failure.
 const RUNNING: SourceIs = SourceIs::new("i.status", Event::Fail { give_up: false });
@@ -128,7 +126,7 @@ pub async fn lock_expired(conn: &mut PgConnection, limit: i64) -> Result<Vec<Run
     .bind(limit)
     .fetch_all(&mut *conn)
     .await
-    .map_err(map_db_error)
+    .map_err(crate::store::Error::from)
 }
 
 /// Renew, once, expired leases that were lost to an outage ([`RunningAttempt::lost_to_outage`]):
@@ -151,8 +149,7 @@ pub async fn renew_after_outage(conn: &mut PgConnection, lost: &[RunningAttempt]
     .bind(&ids)
     .bind(&tokens)
     .execute(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     Ok(done.rows_affected())
 }
 
@@ -228,8 +225,7 @@ pub async fn record_failures(
     .bind(actor)
     .bind(by == ReportedBy::Holder)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     let written: Vec<Instance> = rows
         .into_iter()
         .map(Instance::try_from)
@@ -280,8 +276,7 @@ pub async fn retry_due(conn: &mut PgConnection, limit: i64, actor: &str) -> Resu
     .bind(limit)
     .bind(actor)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     notify_work_of(conn, rows.iter().map(|r| r.3.as_str()).collect()).await?;
     Ok(rows
         .into_iter()

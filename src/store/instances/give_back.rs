@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::{CLOSE_ATTEMPT_EVENTS, INSTANCE_COLUMNS, InstanceRow};
 use crate::domain::instance::{Event, Instance};
-use crate::store::{Result, SourceIs, map_db_error, notify_work_of};
+use crate::store::{Result, SourceIs, notify_work_of};
 
 /// `(i.status || '') = 'RUNNING'`: the rows a give-back moves are the sources of its event,
 /// looked up by id.
@@ -67,10 +67,9 @@ pub async fn give_back(
     .bind(actor)
     .bind(reason)
     .fetch_all(&mut *tx)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     notify_work_of(&mut tx, rows.iter().map(|r| r.agent_id.as_str()).collect()).await?;
-    tx.commit().await.map_err(map_db_error)?;
+    tx.commit().await?;
     Ok(rows)
 }
 
@@ -134,8 +133,7 @@ pub(in crate::store) async fn record_throttled(
     .bind(&errors)
     .bind(actor)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     rows.into_iter().map(Instance::try_from).collect()
 }
 

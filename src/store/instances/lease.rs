@@ -15,7 +15,7 @@ use super::windows::trigger_dependents;
 use super::{INSTANCE_COLUMNS, InstanceRow, fence_error_of};
 use crate::domain::instance::{Instance, InstanceStatus};
 use crate::domain::retry::Failure;
-use crate::store::{RUNNING_BY_ID, Result, WORK_CHANNEL, map_db_error, outbox};
+use crate::store::{RUNNING_BY_ID, Result, WORK_CHANNEL, outbox};
 
 /// One lease extension asked for by a lease holder.
 #[derive(Debug, Clone)]
@@ -50,8 +50,7 @@ pub(in crate::store) async fn heartbeat_in(
     .bind(&tokens)
     .bind(&secs)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     rows.into_iter().map(Written::try_from).collect()
 }
 
@@ -146,8 +145,7 @@ pub(in crate::store) async fn explain_miss(
     )))
     .bind(id)
     .fetch_optional(pool)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     let Some(row) = row else {
         return Err(crate::store::Error::NotFound);
     };
@@ -232,8 +230,7 @@ pub(in crate::store) async fn complete_in(
     .bind(&actors)
     .bind(WORK_CHANNEL)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     let has_dependents = rows.iter().any(|r| r.has_dependents);
     let notifies = rows.iter().any(|r| r.notifies);
     let done: Vec<Written> = rows
@@ -294,8 +291,7 @@ async fn notify_queued(conn: &mut PgConnection, task_ids: &[&str]) -> Result<()>
     .bind(WORK_CHANNEL)
     .bind(task_ids)
     .execute(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     Ok(())
 }
 
@@ -345,8 +341,7 @@ pub(in crate::store) async fn fail_in(
     .bind(&ids)
     .bind(&tokens)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     let mut tasks: Vec<&str> = running.iter().map(|a| a.task_id.as_str()).collect();
     tasks.sort_unstable();
     tasks.dedup();

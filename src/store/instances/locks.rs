@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::store::{RUNNING_BY_ID, Result, map_db_error};
+use crate::store::{RUNNING_BY_ID, Result};
 
 /// Lock the RUNNING rows of `calls` (instance id, lease token) in id order, then the task rows
 /// the writes will update (those of `failing` instances, whose failure counts grow, and those
@@ -36,8 +36,7 @@ pub(in crate::store) async fn lock_lease_rows(
     .bind(&ids)
     .bind(&tokens)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     let mut tasks: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
     tasks.sort_unstable();
     tasks.dedup();
@@ -55,8 +54,7 @@ pub(in crate::store) async fn lock_lease_rows(
         .bind(&tasks)
         .bind(&failing_tasks)
         .execute(&mut *conn)
-        .await
-        .map_err(map_db_error)?;
+        .await?;
     }
     let locked: HashSet<Uuid> = rows.into_iter().map(|r| r.0).collect();
     if !skip_busy || locked.len() == calls.len() {
@@ -69,7 +67,6 @@ pub(in crate::store) async fn lock_lease_rows(
     .bind(&ids)
     .bind(&tokens)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     Ok(busy.into_iter().filter(|id| !locked.contains(id)).collect())
 }

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::windows::{CancelScope, cancel_where};
 use super::{INSTANCE_COLUMNS, InstanceRow, illegal_error, status_names};
 use crate::domain::instance::{Event, Instance, legal_sources};
-use crate::store::{Error, Result, map_db_error, notify_work};
+use crate::store::{Error, Result, notify_work};
 
 /// The operator-retry write after a CTE `old (id, status)` of locked rows: PENDING with one
 /// more attempt allowed, claimable now, for the task's current agent (it may have moved), its
@@ -66,8 +66,7 @@ pub async fn operator_retry(
     )
     .bind(id)
     .fetch_optional(&mut *tx)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     if let Some(task_id) = &task_id {
         crate::store::hold_task_cursor(&mut tx, task_id).await?;
     }
@@ -86,8 +85,7 @@ pub async fn operator_retry(
     .bind(reason)
     .bind(priority)
     .fetch_optional(&mut *tx)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     let Some(row) = row else {
         drop(tx);
         // Not retried: its task is gone, or its status is not a source of a retry.
@@ -105,7 +103,7 @@ pub async fn operator_retry(
     };
     let inst: Instance = row.try_into()?;
     notify_work(&mut tx, &inst.agent_id).await?;
-    tx.commit().await.map_err(map_db_error)?;
+    tx.commit().await?;
     Ok(inst)
 }
 
@@ -116,7 +114,7 @@ pub async fn operator_cancel(
     actor: &str,
     reason: &str,
 ) -> Result<Instance> {
-    let mut conn = pool.acquire().await.map_err(map_db_error)?;
+    let mut conn = pool.acquire().await?;
     let row = cancel_where(&mut conn, CancelScope::One(id), actor, reason)
         .await?
         .pop();

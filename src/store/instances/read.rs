@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::domain::instance::{Instance, InstanceStatus, idempotency_key};
 use crate::domain::trace::TraceContext;
-use crate::store::{Error, Result, map_db_error};
+use crate::store::{Error, Result};
 
 #[derive(sqlx::FromRow)]
 pub(in crate::store) struct InstanceRow {
@@ -87,8 +87,7 @@ pub async fn get_instance(pool: &PgPool, id: Uuid) -> Result<Instance> {
     )))
     .bind(id)
     .fetch_optional(pool)
-    .await
-    .map_err(map_db_error)?
+    .await?
     .ok_or(Error::NotFound)?;
     row.try_into()
 }
@@ -139,11 +138,7 @@ pub async fn list_instances(pool: &PgPool, f: &InstanceFilter) -> Result<Vec<Ins
         q.push(") pages order by scheduled_at desc, id desc limit ")
             .push_bind(f.limit);
     }
-    let rows: Vec<InstanceRow> = q
-        .build_query_as()
-        .fetch_all(pool)
-        .await
-        .map_err(map_db_error)?;
+    let rows: Vec<InstanceRow> = q.build_query_as().fetch_all(pool).await?;
     rows.into_iter().map(Instance::try_from).collect()
 }
 
@@ -197,8 +192,7 @@ pub async fn get_instance_by_window<'e>(
     .bind(task_id)
     .bind(key)
     .fetch_optional(conn)
-    .await
-    .map_err(map_db_error)?
+    .await?
     .ok_or(Error::NotFound)?;
     row.try_into()
 }
@@ -209,5 +203,5 @@ pub async fn agents_of(pool: &PgPool, ids: &[Uuid]) -> Result<Vec<(Uuid, String)
         .bind(ids)
         .fetch_all(pool)
         .await
-        .map_err(map_db_error)
+        .map_err(crate::store::Error::from)
 }

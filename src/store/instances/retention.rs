@@ -4,7 +4,7 @@
 use sqlx::PgPool;
 
 use crate::domain::instance::InstanceStatus;
-use crate::store::{Result, map_db_error, status_in_sql};
+use crate::store::{Result, status_in_sql};
 
 /// `status in ('SUCCESS', 'DEAD', 'SKIPPED', 'CANCELLED')`: the terminal states, the only ones
 /// pruned (no automatic path moves an instance out of them).
@@ -38,8 +38,7 @@ pub async fn prune_finished(pool: &PgPool, retention_days: i64, batch: i64) -> R
     .bind(i32::try_from(retention_days).unwrap_or(i32::MAX))
     .bind(batch)
     .fetch_one(&mut *tx)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     let outbox = sqlx::query(
         "delete from outbox where id in ( \
              select id from outbox \
@@ -49,10 +48,9 @@ pub async fn prune_finished(pool: &PgPool, retention_days: i64, batch: i64) -> R
     .bind(i32::try_from(retention_days).unwrap_or(i32::MAX))
     .bind(batch)
     .execute(&mut *tx)
-    .await
-    .map_err(map_db_error)?
+    .await?
     .rows_affected();
-    tx.commit().await.map_err(map_db_error)?;
+    tx.commit().await?;
     Ok((u64::try_from(instances).unwrap_or(0), outbox))
 }
 

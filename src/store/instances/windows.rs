@@ -19,7 +19,7 @@ use crate::domain::instance::{
 use crate::domain::schedule::canonical_window_key;
 use crate::domain::task::FieldError;
 use crate::domain::trace::TraceContext;
-use crate::store::{Error, Result, map_db_error, notify_work, notify_work_of};
+use crate::store::{Error, Result, notify_work, notify_work_of};
 
 /// A window to insert.
 #[derive(Debug, Clone)]
@@ -186,8 +186,7 @@ pub async fn insert_windows_at(
     .bind(&trace_parents)
     .bind(&trace_states)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
 
     let mut report = InsertReport::default();
     if created.len() < rows.len() {
@@ -265,8 +264,7 @@ pub async fn unfinished_windows(
     .bind(&ids)
     .bind(&newest)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     let limits: HashMap<&str, i64> = ids.iter().copied().zip(newest).collect();
     let mut out: HashMap<String, Unfinished> = HashMap::new();
     for (task, key, oldest) in rows {
@@ -304,8 +302,7 @@ pub async fn existing_windows(
     .bind(&keys)
     .bind(crate::domain::schedule::window_key(until))
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     let mut out: HashMap<String, std::collections::HashSet<String>> = HashMap::new();
     for (task, key) in rows {
         out.entry(task).or_default().insert(key);
@@ -410,7 +407,7 @@ pub(super) async fn cancel_where(
         .bind(q)
         .fetch_all(&mut *conn)
         .await
-        .map_err(map_db_error)
+        .map_err(crate::store::Error::from)
 }
 
 /// Most instances one statement of [`cancel_in_batches`] cancels.
@@ -452,8 +449,7 @@ pub(super) async fn cancel_in_batches(
             .bind(last)
             .bind(batch)
             .fetch_one(&mut *conn)
-            .await
-            .map_err(map_db_error)?;
+            .await?;
         cancelled += u64::try_from(n).unwrap_or(0);
         match last_id {
             Some(id) if n >= batch => last = Some(id),
@@ -549,8 +545,7 @@ pub async fn move_unstarted_to_agent(
     .bind(agent_id)
     .bind(status_names(&unstarted_sources()))
     .execute(&mut *conn)
-    .await
-    .map_err(map_db_error)?
+    .await?
     .rows_affected();
     if moved > 0 {
         notify_work(conn, agent_id).await?;
@@ -602,8 +597,7 @@ pub(super) async fn trigger_dependents(
     .bind(&digest)
     .bind(&reason)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
+    .await?;
     notify_work_of(conn, created.iter().map(|c| c.2.as_str()).collect()).await?;
     for (id, task_id, _) in &created {
         tracing::info!(task_id = %task_id, window_key = %upstream.window_key, instance_id = %id, upstream_task_id = %upstream.task_id, upstream_instance_id = %upstream.id, "dependent window materialised");
@@ -612,8 +606,7 @@ pub(super) async fn trigger_dependents(
         sqlx::query_scalar("select id from tasks where upstream_task_id = $1 and paused")
             .bind(&upstream.task_id)
             .fetch_all(&mut *conn)
-            .await
-            .map_err(map_db_error)?;
+            .await?;
     for task_id in paused {
         tracing::info!(task_id = %task_id, window_key = %upstream.window_key, upstream_task_id = %upstream.task_id, reason = "task paused", "dependent window not materialised");
     }
@@ -688,8 +681,7 @@ pub async fn trigger_run(
         sqlx::query_as("select spec, clock_timestamp() from tasks where id = $1")
             .bind(task_id)
             .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_db_error)?;
+            .await?;
     let (spec, now) = row.ok_or(Error::NotFound)?;
     let spec: crate::domain::task::TaskSpec =
         serde_json::from_value(spec.0).map_err(|e| Error::Corrupt(format!("tasks.spec: {e}")))?;
@@ -728,7 +720,7 @@ pub async fn trigger_run(
                 }
                 super::debounce::Outcome::Debounced => Triggered::Debounced,
             };
-            tx.commit().await.map_err(map_db_error)?;
+            tx.commit().await?;
             match what {
                 Triggered::Created => {
                     metrics::counter!("kairos_windows_created_total").increment(1)
@@ -788,7 +780,7 @@ pub async fn trigger_run(
     if created && at <= now {
         notify_work(&mut tx, &spec.agent_id).await?;
     }
-    tx.commit().await.map_err(map_db_error)?;
+    tx.commit().await?;
     if created {
         metrics::counter!("kairos_windows_created_total").increment(1);
     }
