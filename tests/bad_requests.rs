@@ -619,3 +619,47 @@ async fn the_store_maps_values_the_database_refuses_to_invalid(pool: PgPool) {
         .expect_err("the database refuses NUL");
     assert!(matches!(err, kairos::store::Error::Invalid(_)), "{err:?}");
 }
+
+#[sqlx::test]
+async fn a_completions_item_whose_traceparent_is_no_string_is_refused_and_writes_nothing(
+    pool: PgPool,
+) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let running = four_running(&app).await;
+    let items: Vec<serde_json::Value> = running
+        .iter()
+        .enumerate()
+        .map(|(n, (id, token))| {
+            let mut item = serde_json::json!({"id": id, "lease_token": token, "result": {"n": n}});
+            if n == 2 {
+                item["traceparent"] = serde_json::json!({});
+            }
+            item
+        })
+        .collect();
+    let (status, problem) = common::json(
+        app.post("/v1/completions", serde_json::json!({"completions": items}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 422, "{problem}");
+    assert_eq!(problem["errors"][0]["field"], "completions[2].traceparent");
+    let after = statuses(&pool).await;
+    assert!(
+        after.iter().all(|(s, r)| s == "RUNNING" && r.is_none()),
+        "nothing written: {after:?}"
+    );
+    // A string that is no traceparent is ignored, not refused.
+    let (id, token) = &running[0];
+    let (status, body) = common::json(
+        app.post(
+            "/v1/completions",
+            serde_json::json!({"completions": [
+                {"id": id, "lease_token": token, "traceparent": "not a traceparent"}]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["results"][0]["status"], 200, "{body}");
+}

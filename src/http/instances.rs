@@ -533,7 +533,14 @@ async fn complete_batch(
                 )));
             }
         }
-        // The agent's span for this item; like the header, an invalid one is ignored.
+        // The agent's span for this item: a string (another type is refused, as the schema
+        // says); like the header, a string that is no valid traceparent is ignored.
+        if o.get("traceparent").is_some_and(|t| !t.is_string()) {
+            return Err(ApiError::invalid(
+                field("traceparent"),
+                "must be a string (a W3C traceparent)",
+            ));
+        }
         item_traces.push(if state.spans.is_on() {
             o.get("traceparent")
                 .and_then(Value::as_str)

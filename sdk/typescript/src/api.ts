@@ -1949,7 +1949,7 @@ export interface components {
                 lease_token: components["schemas"]["LeaseToken"];
                 /** @description Any JSON value, at most 65536 bytes serialized (else `413`). Absent or `null` stores `null`. */
                 result?: unknown;
-                /** @description The W3C `traceparent` of the span that did this item's work (the parent of its completion span); overrides the request's `traceparent` header for this item. An invalid one is ignored. */
+                /** @description The W3C `traceparent` of the span that did this item's work (the parent of its completion span); overrides the request's `traceparent` header for this item. Not a string is `422` on `completions[n].traceparent`; a string that is no valid traceparent is ignored. */
                 traceparent?: string;
             }[];
         };
