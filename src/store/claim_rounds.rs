@@ -20,20 +20,16 @@
 //! would sleep until its relook although the agent's work is claimable, since nothing new will
 //! announce it): it gets in line again, at the front, for a round that runs alone
 //! ([`AgentQueue::solo`]). That round's answer is final: a request it leaves empty-handed found
-//! nothing claimable at the time, and its long poll waits for a notification as before. On the
-//! bench machine, before this, 64 long-polling workers of one agent on one task took 5,000 of
-//! a backlog of 40,000 a second and a fifth of their claims came back `[]` with up to 1,000
-//! instances claimable (BENCHMARKS.md, "One agent's many workers").
+//! nothing claimable at the time, and its long poll waits for a notification as before
+//! (`tests/one_agent_workers.rs`).
 //!
 //! A round that read the head of its agent's work in vain (the head could not settle the fair
 //! pick, see [`HeadRead`]) makes the agent's rounds go straight to the per-task read for
 //! [`HEAD_RETRY`]; then the head is tried again, by one round of the agent at a time (the
 //! others go on with the per-task read meanwhile). Both reads pick the same rows: the hint only
-//! saves the wasted read and the rows it locked until the commit. While one task's backlog
-//! drains fast, a head read in vain is dear: on the bench machine, during a drain of 10,000
-//! instances a second, one took 250-480 ms where a round on the per-task read took 15-60 ms,
-//! and it grew with the time since the head was last read. Two rounds trying it at once held
-//! both of the agent's rounds in flight that long.
+//! saves the wasted read and the rows it locked until the commit. One round at a time tries it
+//! again because, while one task's backlog drains fast, a head read in vain costs many per-task
+//! rounds, and two at once would hold both of the agent's rounds in flight.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
