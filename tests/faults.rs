@@ -12,6 +12,8 @@ mod cluster;
 mod daemon;
 #[path = "faults/proxy.rs"]
 mod proxy;
+#[path = "faults/steps.rs"]
+mod steps;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,86 +24,7 @@ use daemon::Kairos;
 use proxy::BlackHoleProxy;
 use serde_json::{Value, json};
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
-
-/// The test's own look at the database, straight to the cluster (never through a proxy).
-async fn connect(url: &str) -> PgPool {
-    PgPoolOptions::new()
-        .max_connections(2)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect(url)
-        .await
-        .expect("connect to the test cluster")
-}
-
-fn client(timeout: Duration) -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(timeout)
-        .build()
-        .expect("http client")
-}
-
-/// Send until an answer with a status in `ok` comes, retrying errors and other statuses
-/// every 200 ms; panic after `deadline` with the last thing seen.
-async fn send_until(
-    client: &reqwest::Client,
-    method: reqwest::Method,
-    url: &str,
-    body: &Value,
-    ok: &[u16],
-    deadline: Duration,
-) -> (u16, Value) {
-    let start = Instant::now();
-    loop {
-        let last = match client.request(method.clone(), url).json(body).send().await {
-            Ok(resp) => {
-                let status = resp.status().as_u16();
-                let text = resp.text().await.unwrap_or_default();
-                let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
-                if ok.contains(&status) {
-                    return (status, v);
-                }
-                format!("{status}: {v}")
-            }
-            Err(e) => format!("{e}"),
-        };
-        assert!(
-            start.elapsed() < deadline,
-            "{method} {url}: no answer in {ok:?} within {deadline:?}; last: {last}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Poll `check` every 100 ms until it gives `Some`; `None` after `deadline`.
-async fn within<T, F, Fut>(deadline: Duration, mut check: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return Some(v);
-        }
-        if start.elapsed() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn scalar(pool: &PgPool, sql: &'static str) -> i64 {
-    sqlx::query_scalar(sql)
-        .fetch_one(pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
-
-/// A line per outage phase, with the time since the test began.
-fn phase(start: Instant, what: &str) {
-    eprintln!("[{:>6.1} s] {what}", start.elapsed().as_secs_f64());
-}
+use steps::{client, connect, phase, scalar, send_until, within};
 
 const TASKS: usize = 20;
 
