@@ -196,28 +196,17 @@ impl Cluster {
 
     /// `pg_ctl promote`: the standby stops replaying and accepts writes.
     pub async fn promote(&self) {
-        let out = self
-            .pg_ctl_async(&["promote", "--wait", "--timeout=60"])
+        self.pg_ctl_ok(&["promote", "--wait", "--timeout=60"], "pg_ctl promote")
             .await;
-        assert!(
-            out.status.success(),
-            "pg_ctl promote: {}\n{}",
-            describe(&out),
-            self.log_tail(20)
-        );
     }
 
     /// `pg_ctl stop -m immediate`: the server dies as in a crash and stays down.
     pub async fn stop_immediate(&self) {
-        let out = self
-            .pg_ctl_async(&["stop", "--mode=immediate", "--wait", "--timeout=60"])
-            .await;
-        assert!(
-            out.status.success(),
-            "pg_ctl stop: {}\n{}",
-            describe(&out),
-            self.log_tail(20)
-        );
+        self.pg_ctl_ok(
+            &["stop", "--mode=immediate", "--wait", "--timeout=60"],
+            "pg_ctl stop",
+        )
+        .await;
     }
 
     fn start_blocking() -> Cluster {
@@ -293,6 +282,17 @@ impl Cluster {
         &self.root
     }
 
+    /// Run `pg_ctl` with `args` and panic, with the server log's tail, unless it succeeds.
+    async fn pg_ctl_ok(&self, args: &'static [&'static str], what: &str) {
+        let out = self.pg_ctl_async(args).await;
+        assert!(
+            out.status.success(),
+            "{what}: {}\n{}",
+            describe(&out),
+            self.log_tail(20)
+        );
+    }
+
     async fn pg_ctl_async(&self, args: &'static [&'static str]) -> Output {
         let tools = self.tools.clone();
         tokio::task::spawn_blocking(move || tools.pg_ctl(args))
@@ -302,41 +302,26 @@ impl Cluster {
 
     /// A crash: `pg_ctl restart -m immediate` (no shutdown checkpoint, every session cut).
     pub async fn restart_immediate(&self) {
-        let out = self
-            .pg_ctl_async(&["restart", "--mode=immediate", "--wait", "--timeout=60"])
-            .await;
-        assert!(
-            out.status.success(),
-            "pg_ctl restart: {}\n{}",
-            describe(&out),
-            self.log_tail(20)
-        );
+        self.pg_ctl_ok(
+            &["restart", "--mode=immediate", "--wait", "--timeout=60"],
+            "pg_ctl restart",
+        )
+        .await;
     }
 
     /// `pg_ctl stop -m fast`: sessions are terminated, the server goes away.
     pub async fn stop_fast(&self) {
-        let out = self
-            .pg_ctl_async(&["stop", "--mode=fast", "--wait", "--timeout=60"])
-            .await;
-        assert!(
-            out.status.success(),
-            "pg_ctl stop: {}\n{}",
-            describe(&out),
-            self.log_tail(20)
-        );
+        self.pg_ctl_ok(
+            &["stop", "--mode=fast", "--wait", "--timeout=60"],
+            "pg_ctl stop",
+        )
+        .await;
     }
 
     /// Start the stopped cluster again, on the same port.
     pub async fn start_again(&self) {
-        let out = self
-            .pg_ctl_async(&["start", "--wait", "--timeout=60"])
+        self.pg_ctl_ok(&["start", "--wait", "--timeout=60"], "pg_ctl start")
             .await;
-        assert!(
-            out.status.success(),
-            "pg_ctl start: {}\n{}",
-            describe(&out),
-            self.log_tail(20)
-        );
     }
 
     /// The last `n` lines of the server log.
