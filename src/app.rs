@@ -189,7 +189,7 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
         listen: listen_pool,
         health,
     } = pools;
-    crate::services::set_pass_bound(opts.loop_pass_timeout, health.clone());
+    crate::store::health::set_pass_bound(opts.loop_pass_timeout, health.clone());
     let addr = listener
         .local_addr()
         .context("reading the listen address")?;

@@ -27,6 +27,8 @@ use sqlx::PgPool;
 use steps::{client, connect, phase, scalar, send_until, within};
 
 const TASKS: usize = 20;
+/// Committer tasks of kairos's group commit (`group_commit::DEFAULT_COMMITTERS`).
+const COMMITTERS: usize = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn crash_restart_and_a_30s_stop_under_load_lose_nothing_and_pause_nothing() {
@@ -282,15 +284,17 @@ async fn a_black_holed_connection_is_given_up_within_the_configured_timeouts() {
     let t0 = Instant::now();
     let pg = Cluster::start().await;
     let proxy = BlackHoleProxy::start(pg.port()).await;
-    // Short bounds: an answer within 1 s, a statement or lock given up within seconds, a loop
-    // pass stuck on a silent connection abandoned after 5 s.
+    // Short bounds on kairos's side: an answer within 1 s, a pass (a loop's, a claim round's, a
+    // group commit's) stuck on a silent connection abandoned after 5 s. The server's statement
+    // and lock timeouts are long: the statements caught below wait for a lock for seconds, and
+    // no server timeout can help a client whose answers the network drops.
     let mut kairos = Kairos::start(
         &pg.url_at(proxy.port()),
         pg.dir(),
         &[
             ("KAIROS_DATABASE_UNAVAILABLE_ANSWER_MS", "1000"),
-            ("KAIROS_DB_STATEMENT_TIMEOUT_MS", "3000"),
-            ("KAIROS_DB_LOCK_TIMEOUT_MS", "2000"),
+            ("KAIROS_DB_STATEMENT_TIMEOUT_MS", "30000"),
+            ("KAIROS_DB_LOCK_TIMEOUT_MS", "30000"),
             ("KAIROS_DB_KEEPALIVE_SECONDS", "1"),
             ("KAIROS_LOOP_PASS_TIMEOUT_MS", "5000"),
         ],
@@ -334,9 +338,146 @@ async fn a_black_holed_connection_is_given_up_within_the_configured_timeouts() {
         "the worker ran no 3 windows before the fault"
     );
 
-    phase(t0, "black hole: every existing connection stops answering");
+    // Leases to complete while the database is locked below.
+    let (status, body) = send_until(
+        &http,
+        reqwest::Method::PUT,
+        &kairos.url("/v1/tasks/bh-hold"),
+        &json!({"agent_id": "bh-hold", "trigger": {"type": "manual"},
+                "execution": {"concurrency_limit": COMMITTERS}}),
+        &[201],
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    for _ in 0..COMMITTERS {
+        let (status, body) = send_until(
+            &http,
+            reqwest::Method::POST,
+            &kairos.url("/v1/tasks/bh-hold/trigger"),
+            &json!({}),
+            &[201],
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    // One instance of a backlogged task per claim round (the fairness rule): claim until all
+    // are held.
+    let mut held: Vec<(String, Value)> = Vec::new();
+    while held.len() < COMMITTERS {
+        let (status, body) = send_until(
+            &http,
+            reqwest::Method::POST,
+            &kairos.url("/v1/claims"),
+            &json!({"agent_id": "bh-hold", "worker_id": "holder", "max_instances": COMMITTERS,
+                    "lease_seconds": 120, "wait_seconds": 1}),
+            &[200],
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let got = body["instances"].as_array().cloned().unwrap_or_default();
+        assert!(
+            !got.is_empty(),
+            "a claim of bh-hold came back empty: {body}"
+        );
+        held.extend(got.iter().map(|i| {
+            (
+                i["id"].as_str().unwrap_or_default().to_owned(),
+                i["lease_token"].clone(),
+            )
+        }));
+    }
+
+    // Catch kairos's statements mid-flight: with task_instance locked, two claim rounds of the
+    // worker's agent (as many as run at once) and a single completion on each committer of the
+    // group commit wait in the database for the lock, on connections the black hole then
+    // silences. Without a bound on those passes they would wait forever, and every later claim
+    // of the agent and every later completion with them.
+    let mut locker = pool.begin().await.expect("begin the locking transaction");
+    sqlx::query("lock table task_instance in access exclusive mode")
+        .execute(&mut *locker)
+        .await
+        .expect("lock task_instance");
+    let waiting = |pattern: &'static str| {
+        let pool = pool.clone();
+        move || {
+            let pool = pool.clone();
+            async move {
+                let n: i64 = sqlx::query_scalar(
+                    "select count(*) from pg_stat_activity \
+                     where wait_event_type = 'Lock' and query ilike $1",
+                )
+                .bind(pattern)
+                .fetch_one(&pool)
+                .await
+                .ok()?;
+                Some(n)
+            }
+        }
+    };
+    let stuck = client(Duration::from_secs(60));
+    let mut calls = tokio::task::JoinSet::new();
+    let mut seen = Vec::new();
+    for round in 0..2 {
+        let (stuck, url) = (stuck.clone(), kairos.url("/v1/claims"));
+        calls.spawn(async move {
+            let body = json!({"agent_id": "bh", "worker_id": format!("stuck-{round}"),
+                              "max_instances": 1, "wait_seconds": 0});
+            let _ = stuck.post(url).json(&body).send().await;
+        });
+        seen.push(
+            within(Duration::from_secs(10), || {
+                let count = waiting("%with blocked as materialized%");
+                async move { count().await.filter(|&n| n > round) }
+            })
+            .await,
+        );
+    }
+    for (k, (id, token)) in held.iter().enumerate() {
+        let (stuck, url) = (
+            stuck.clone(),
+            kairos.url(&format!("/v1/instances/{id}/complete")),
+        );
+        let body = json!({"lease_token": token});
+        calls.spawn(async move {
+            let _ = stuck.post(url).json(&body).send().await;
+        });
+        seen.push(
+            within(Duration::from_secs(10), || {
+                let count = waiting("%as f(id, token, result, actor)%");
+                async move { count().await.filter(|&n| n > k as i64) }
+            })
+            .await,
+        );
+    }
+    let queries: Option<String> = sqlx::query_scalar(
+        "select string_agg(left(regexp_replace(query, '\\s+', ' ', 'g'), 70), ' | ') \
+         from pg_stat_activity where wait_event_type = 'Lock'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap_or_default();
+    phase(
+        t0,
+        &format!(
+            "black hole: every existing connection stops answering (waiting for the lock: \
+             {seen:?}: {queries:?})"
+        ),
+    );
+    let flipped_db: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("select now()")
+        .fetch_one(&pool)
+        .await
+        .expect("the database clock");
     proxy.black_hole();
     let flipped = Instant::now();
+    locker.commit().await.expect("release the lock");
+    assert!(
+        seen.iter().all(Option::is_some),
+        "not every claim round and committer was waiting for the lock when the black hole \
+         opened: {seen:?}"
+    );
     let bound = Duration::from_secs(30);
 
     // (a) A task registered now gets its first window created and claimed.
@@ -388,6 +529,29 @@ async fn a_black_holed_connection_is_given_up_within_the_configured_timeouts() {
     })
     .await;
     phase(t0, &format!("/readyz 200 {ready:?} after the flip"));
+
+    // (c) Both LISTEN connections (claims' work signal, the trigger loop's task changes) listen
+    // again, on connections opened after the black hole: the silent ones they left cost no
+    // slot that a new listener needs.
+    let listening = within(bound.saturating_sub(flipped.elapsed()), || {
+        let pool = pool.clone();
+        async move {
+            let n: i64 = sqlx::query_scalar(
+                "select count(*) from pg_stat_activity \
+                 where query ilike 'listen %' and backend_start > $1",
+            )
+            .bind(flipped_db)
+            .fetch_one(&pool)
+            .await
+            .ok()?;
+            (n >= 2).then(|| flipped.elapsed())
+        }
+    })
+    .await;
+    phase(
+        t0,
+        &format!("both listeners back {listening:?} after the flip"),
+    );
     workers.stop(Duration::from_secs(20)).await;
     let exited = kairos.exited();
     let seen = runs.snapshot();
@@ -409,6 +573,10 @@ async fn a_black_holed_connection_is_given_up_within_the_configured_timeouts() {
         "no instance of a task registered after the black hole claimed within {bound:?}"
     );
     assert!(ready.is_some(), "/readyz not 200 within {bound:?}");
+    assert!(
+        listening.is_some(),
+        "the two LISTEN connections were not opened again within {bound:?}"
+    );
     assert_eq!(exited, None, "kairos exited");
     pool.close().await;
 }

@@ -39,7 +39,9 @@ async fn readyz(State(state): State<AppState>) -> Response {
         ));
         "unreachable".to_owned()
     } else {
-        match tokio::time::timeout(READY_DB_CHECK, store::migrations_applied(&state.pool))
+        match state
+            .db_health
+            .within(READY_DB_CHECK, store::migrations_applied(&state.pool))
             .await
             .unwrap_or(Err(store::Error::Db(sqlx::Error::PoolTimedOut)))
         {

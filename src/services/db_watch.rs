@@ -55,17 +55,17 @@ impl DbWatch {
             let mut conn = self.pool.acquire().await?;
             store::connect::read_only(&mut conn).await
         };
-        let failure = match tokio::time::timeout(self.probe_timeout, probe).await {
-            Ok(Ok(false)) => None,
+        let failure = match self.health.within(self.probe_timeout, probe).await {
+            Some(Ok(false)) => None,
             // A standby, or a primary turned read-only: every write would fail (SQLSTATE
             // 25006). Reported as an outage, so writes answer 503 at once, pooled connections
             // are checked (and those to this server closed), and the pools look for the host
             // that accepts writes.
-            Ok(Ok(true)) => {
+            Some(Ok(true)) => {
                 Some("the database accepts no writes (transaction_read_only is on)".to_owned())
             }
-            Ok(Err(e)) => Some(super::error_chain(&e)),
-            Err(_) => Some(format!(
+            Some(Err(e)) => Some(super::error_chain(&e)),
+            None => Some(format!(
                 "no answer within {} ms",
                 self.probe_timeout.as_millis()
             )),

@@ -86,46 +86,14 @@ pub fn error_backoff(consecutive_errors: u32) -> Duration {
     Duration::from_millis(ms.min(2_000))
 }
 
-/// The wall-clock bound of every loop pass and the database health a pass that overran puts
-/// in doubt: set once per process at start ([`set_pass_bound`]).
-static PASS_BOUND: std::sync::RwLock<Option<(Duration, crate::store::health::DbHealth)>> =
-    std::sync::RwLock::new(None);
-
-/// Default bound of a loop pass when none was set (`loop_pass_timeout_ms`).
-pub const DEFAULT_PASS_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Bound every loop pass of this process by `timeout`; a pass that overruns puts `health` in
-/// doubt, so the connection it abandoned is checked before reuse.
-pub fn set_pass_bound(timeout: Duration, health: crate::store::health::DbHealth) {
-    if let Ok(mut b) = PASS_BOUND.write() {
-        *b = Some((timeout, health));
-    }
-}
-
-/// Run one loop pass under the process's wall-clock bound: a pass stuck on a silent connection
-/// fails with a timeout instead of hanging the loop until the kernel gives the socket up.
+/// Run one loop pass under the process's wall-clock bound ([`crate::store::health::bounded`]):
+/// a pass stuck on a silent connection fails with a timeout instead of hanging the loop until
+/// the kernel gives the socket up.
 pub async fn bounded_pass<T>(
     name: &'static str,
     pass: impl std::future::Future<Output = crate::store::Result<T>>,
 ) -> crate::store::Result<T> {
-    let (limit, health) = PASS_BOUND
-        .read()
-        .ok()
-        .and_then(|b| b.clone())
-        .map_or((DEFAULT_PASS_TIMEOUT, None), |(t, h)| (t, Some(h)));
-    tokio::pin!(pass);
-    tokio::select! {
-        r = &mut pass => r,
-        _ = tokio::time::sleep(limit) => {
-            // In doubt before the pass (and its connection) is dropped, so the connection is
-            // pinged with a bound when it returns to the pool.
-            if let Some(h) = &health {
-                h.doubt();
-            }
-            tracing::error!(loop_name = name, limit_ms = limit.as_millis() as u64, reason = "loop pass exceeded loop_pass_timeout_ms", "loop pass abandoned");
-            Err(crate::store::Error::Db(sqlx::Error::PoolTimedOut))
-        }
-    }
+    crate::store::health::bounded(name, pass).await
 }
 
 /// Log an error with its whole cause chain.

@@ -128,7 +128,12 @@ impl ClaimRounds {
             .map(|c| (c.instance.id, c.lease_token))
             .collect();
         let reason = "the claim's answer could not be delivered";
-        match give_back(&self.pool, &leases, &self.actor, reason).await {
+        match super::health::bounded(
+            "claim_give_back",
+            give_back(&self.pool, &leases, &self.actor, reason),
+        )
+        .await
+        {
             Ok(back) => {
                 metrics::counter!("kairos_claims_given_back_total").increment(back.len() as u64);
                 for g in &back {
@@ -220,8 +225,11 @@ impl ClaimRounds {
     /// answered with those instances and lease tokens instead (`claim_answers`).
     pub async fn claim(&self, req: ClaimRequest, actor: String) -> Result<Vec<Claimed>> {
         if let Some(claim_id) = req.claim_id.as_deref()
-            && let Some(held) =
-                claim_answers::replay(&self.pool, &req.agent_id, &req.worker_id, claim_id).await?
+            && let Some(held) = super::health::bounded(
+                "claim_replay",
+                claim_answers::replay(&self.pool, &req.agent_id, &req.worker_id, claim_id),
+            )
+            .await?
         {
             metrics::counter!("kairos_claims_replayed_total").increment(1);
             tracing::info!(agent_id = %req.agent_id, worker_id = %req.worker_id, claim_id, instances = held.len(), "claim repeated under its claim_id; answered with the instances it took");
@@ -336,7 +344,8 @@ impl ClaimRounds {
             .map(|w| (w.req.clone(), w.actor.clone()))
             .collect();
         let head = self.head_read(agent);
-        let result = claim_round(&self.pool, &reqs, head).await;
+        let result =
+            super::health::bounded("claim_round", claim_round(&self.pool, &reqs, head)).await;
         let beside = self.round_ended(agent, &round);
         if head == HeadRead::Try {
             self.note_head(agent, result.as_ref().ok().map(|r| r.head_unsettled));
@@ -371,9 +380,10 @@ impl ClaimRounds {
                 tracing::warn!(error = %e, requests = round.requests.len(), "a shared claim failed; claiming for each request alone");
                 for w in round.requests {
                     let one = [(w.req.clone(), w.actor.clone())];
-                    let answer = claim_many(&self.pool, &one)
-                        .await
-                        .map(|mut l| l.pop().unwrap_or_default());
+                    let answer =
+                        super::health::bounded("claim_round", claim_many(&self.pool, &one))
+                            .await
+                            .map(|mut l| l.pop().unwrap_or_default());
                     if let Err(Ok(unsent)) = w.reply.send(answer) {
                         self.give_back_undelivered(&w.req, unsent).await;
                     }

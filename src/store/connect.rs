@@ -506,15 +506,28 @@ pub async fn connect(
     Ok(pool)
 }
 
-/// Open a LISTEN connection on `channel` through `pool`, so it goes where the pool's new
-/// connections go (after a failover, to the new primary). The listener reconnects through the
-/// pool when its connection is lost; a caller that finds its connection useless
-/// ([`check_listener`]) drops it and opens another.
+/// Open a LISTEN connection on `channel` where `pool`'s new connections go (after a failover,
+/// to the new primary), in a pool of its own: the listener reconnects through that pool when
+/// its connection is lost, and a caller that finds its connection useless ([`check_listener`])
+/// drops it and opens another.
+///
+/// Why not a connection of `pool` itself: a dropped listener sends `UNLISTEN *` and then checks
+/// its connection before giving it back, both without a bound. On a connection the network went
+/// silent on, that waits until the kernel gives the socket up (behind a black-holed route,
+/// never), and a shared pool would lose the slot for as long: after two such losses no listener
+/// could open again. A pool per listener loses only its own socket.
 pub async fn listen(pool: &PgPool, channel: &str) -> Result<PgListener, sqlx::Error> {
-    let mut listener = PgListener::connect_with(pool).await?;
+    let own = PgPoolOptions::new()
+        .max_connections(LISTENER_CONNECTIONS)
+        .acquire_timeout(pool.options().get_acquire_timeout())
+        .connect_lazy_with((*pool.connect_options()).clone());
+    let mut listener = PgListener::connect_with(&own).await?;
     listener.listen(channel).await?;
     Ok(listener)
 }
+
+/// A listener's own pool: its connection, and room for the next while the lost one is closed.
+const LISTENER_CONNECTIONS: u32 = 2;
 
 /// Check a LISTEN connection that has been quiet: an error when it does not answer or when its
 /// server refuses writes (no notification is ever sent from a read-only server, so a listener

@@ -235,7 +235,8 @@ async fn write(pool: &PgPool, ops: &[Op]) -> Result<(BatchWritten, Vec<bool>)> {
 }
 
 async fn run_batch(pool: &PgPool, ops: Vec<Op>) {
-    let (written, deferred) = match write(pool, &ops).await {
+    let (written, deferred) = match super::health::bounded("group_commit", write(pool, &ops)).await
+    {
         Ok(w) => w,
         Err(e) if ops.len() == 1 => {
             if let Some(op) = ops.into_iter().next() {
@@ -267,7 +268,7 @@ async fn run_batch(pool: &PgPool, ops: Vec<Op>) {
             continue;
         }
         let calls = positions.iter().map(|&k| ops[k].call());
-        match answer_each(pool, calls, kind, list).await {
+        match super::health::bounded("group_commit", answer_each(pool, calls, kind, list)).await {
             Ok(each) => {
                 for (k, a) in positions.into_iter().zip(each) {
                     answers[k] = Some(a);

@@ -4,6 +4,7 @@
 //! `/readyz` reports it. Connections returned to the pool while the database is in doubt are
 //! checked with a bounded ping before they are used again ([`DbHealth::in_doubt`]).
 
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -72,6 +73,21 @@ impl DbHealth {
         self.state().doubt_until = Some(Instant::now() + DOUBT_AFTER_TROUBLE);
     }
 
+    /// Wait for `work` at most `limit`; when it overruns, put the database in doubt before
+    /// dropping it, so a connection it abandons mid-statement is checked with a bound when it
+    /// returns to the pool (sqlx's own check on return waits without one: on a connection the
+    /// network went silent on, forever, and the pool would lose that connection for good).
+    pub async fn within<T>(&self, limit: Duration, work: impl Future<Output = T>) -> Option<T> {
+        tokio::pin!(work);
+        tokio::select! {
+            r = &mut work => Some(r),
+            _ = tokio::time::sleep(limit) => {
+                self.doubt();
+                None
+            }
+        }
+    }
+
     /// Whether returned connections should be pinged (with a bound) before reuse.
     pub fn in_doubt(&self) -> bool {
         let s = self.state();
@@ -85,6 +101,52 @@ impl DbHealth {
         match &s.unreachable {
             Some((since, _)) => Err(since.elapsed()),
             None => Ok(s.down.clone()),
+        }
+    }
+}
+
+/// The wall-clock bound of every database pass of this process (a loop's pass, a claim round,
+/// a group commit) and the health a pass that overran puts in doubt: set once per process at
+/// start ([`set_pass_bound`]).
+static PASS_BOUND: std::sync::RwLock<Option<(Duration, DbHealth)>> = std::sync::RwLock::new(None);
+
+/// Default bound of a pass when none was set (`loop_pass_timeout_ms`).
+pub const DEFAULT_PASS_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Bound every database pass of this process by `timeout`; a pass that overruns puts `health`
+/// in doubt, so the connection it abandoned is checked before reuse.
+pub fn set_pass_bound(timeout: Duration, health: DbHealth) {
+    if let Ok(mut b) = PASS_BOUND.write() {
+        *b = Some((timeout, health));
+    }
+}
+
+/// Run `pass` under the process's wall-clock bound (`loop_pass_timeout_ms`): a pass stuck on a
+/// connection the network went silent on fails with a timeout (a pool timeout: "unavailable,
+/// try again") instead of waiting until the kernel gives the socket up, which behind a
+/// black-holed route is never. Every actor that serves callers from one task (claim rounds,
+/// group commits) runs its database work through this, so one silent connection cannot hold
+/// up every later caller.
+pub async fn bounded<T>(
+    name: &'static str,
+    pass: impl std::future::Future<Output = super::Result<T>>,
+) -> super::Result<T> {
+    let (limit, health) = PASS_BOUND
+        .read()
+        .ok()
+        .and_then(|b| b.clone())
+        .map_or((DEFAULT_PASS_TIMEOUT, None), |(t, h)| (t, Some(h)));
+    let health = health.unwrap_or_default();
+    match health.within(limit, pass).await {
+        Some(r) => r,
+        None => {
+            tracing::error!(
+                loop_name = name,
+                limit_ms = limit.as_millis() as u64,
+                reason = "pass exceeded loop_pass_timeout_ms",
+                "database pass abandoned"
+            );
+            Err(super::Error::Db(sqlx::Error::PoolTimedOut))
         }
     }
 }

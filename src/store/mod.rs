@@ -601,10 +601,11 @@ async fn bounded<T>(
 }
 
 /// A pool on `listen_database_url` for the LISTEN connections, which need a session of their
-/// own whatever `database_url` goes through: at most [`crate::config::LISTEN_CONNECTIONS`]
-/// connections, with the session's bounds, straight to PostgreSQL. Built like every pool
-/// ([`connect()`]), so a URL naming several hosts keeps the listeners on the primary and moves
-/// them on failover.
+/// own whatever `database_url` goes through: straight to PostgreSQL, with the session's bounds.
+/// Built like every pool ([`connect()`]), so a URL naming several hosts keeps it on the primary
+/// and moves it on failover; each listener opens its connection in a pool of its own, where
+/// this one's new connections go ([`connect::listen`]), [`crate::config::LISTEN_CONNECTIONS`]
+/// in all.
 pub async fn listen_pool(
     url: &str,
     settings: &DbSettings,
@@ -619,8 +620,8 @@ pub async fn listen_pool(
     .await
 }
 
-/// A connection listening on `channel`, opened from `pool` (a [`listen_pool`]): the one place
-/// kairos opens a LISTEN ([`connect::listen`]: it goes where the pool's new connections go).
+/// A connection listening on `channel`, opened where `pool` (a [`listen_pool`]) connects: the
+/// one place kairos opens a LISTEN ([`connect::listen`]).
 pub async fn listener(
     pool: &PgPool,
     channel: &str,
