@@ -5,5 +5,8 @@
 --
 -- Nullable columns without a default: no table rewrite, and the previous release, which never
 -- writes them, keeps working beside this one (its windows are simply traces of their own).
+-- One table per migration: `task_instance`'s columns are added by
+-- 20261203000014_trace_context_instances.sql. Two ALTERs in one transaction would hold this
+-- table's lock while waiting for the other's, and a running replica's transaction that touches
+-- both tables (a trigger pass reads tasks, then writes instances) would deadlock with it.
 alter table tasks add column trace_parent text, add column trace_state text;
-alter table task_instance add column trace_parent text, add column trace_state text;
