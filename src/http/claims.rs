@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Extension, State};
-use axum::routing::post;
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
@@ -55,7 +54,7 @@ const FALLBACK_POLL: Duration = Duration::from_secs(1);
 const FIRST_RELOOK: Duration = Duration::from_nanos(FALLBACK_POLL.as_nanos() as u64 / 128);
 
 pub fn routes(t: RouteTable) -> RouteTable {
-    t.add("post", "/v1/claims", post(claim))
+    t.post("/v1/claims", claim)
 }
 
 fn name_field(m: &serde_json::Map<String, Value>, key: &str) -> Result<String, ApiError> {

@@ -4,7 +4,6 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use serde_json::json;
 
 use super::{AppState, RouteTable};
@@ -14,10 +13,10 @@ use crate::store;
 pub const OPENAPI_YAML: &str = include_str!("../../openapi.yaml");
 
 pub fn routes(t: RouteTable) -> RouteTable {
-    t.add("get", "/healthz", get(healthz))
-        .add("get", "/readyz", get(readyz))
-        .add("get", "/metrics", get(metrics))
-        .add("get", "/openapi.yaml", get(openapi))
+    t.get("/healthz", healthz)
+        .get("/readyz", readyz)
+        .get("/metrics", metrics)
+        .get("/openapi.yaml", openapi)
 }
 
 /// The process is up and serving HTTP.

@@ -4,7 +4,6 @@ use std::collections::HashMap;
 
 use axum::Json;
 use axum::extract::{Extension, Path, State};
-use axum::routing::{get, post};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -28,14 +27,14 @@ use crate::domain::task::{MAX_DOCUMENT_BYTES, MAX_REASON_LEN};
 const MAX_ERROR_INPUT: usize = MAX_DOCUMENT_BYTES;
 
 pub fn routes(t: RouteTable) -> RouteTable {
-    t.add("get", "/v1/instances", get(list_instances))
-        .add("get", "/v1/instances/{id}", get(get_instance))
-        .add("post", "/v1/instances/{id}/heartbeat", post(heartbeat))
-        .add("post", "/v1/instances/{id}/complete", post(complete))
-        .add("post", "/v1/instances/{id}/fail", post(fail))
-        .add("post", "/v1/instances/{id}/retry", post(retry))
-        .add("post", "/v1/instances/{id}/cancel", post(cancel))
-        .add("post", "/v1/completions", post(complete_batch))
+    t.get("/v1/instances", list_instances)
+        .get("/v1/instances/{id}", get_instance)
+        .post("/v1/instances/{id}/heartbeat", heartbeat)
+        .post("/v1/instances/{id}/complete", complete)
+        .post("/v1/instances/{id}/fail", fail)
+        .post("/v1/instances/{id}/retry", retry)
+        .post("/v1/instances/{id}/cancel", cancel)
+        .post("/v1/completions", complete_batch)
 }
 
 pub fn instance_json(i: &Instance) -> Value {

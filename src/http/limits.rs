@@ -5,7 +5,6 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
 use serde_json::{Value, json};
 
 use super::error::ApiError;
@@ -20,12 +19,12 @@ use crate::store::{self, limits as store_limits};
 pub const MAX_KEYS_SHOWN: i64 = 20;
 
 pub fn routes(t: RouteTable) -> RouteTable {
-    t.add("put", "/v1/limits/{name}", put(put_limit))
-        .add("get", "/v1/limits/{name}", get(get_limit))
-        .add("delete", "/v1/limits/{name}", delete(delete_limit))
-        .add("get", "/v1/limits", get(list_limits))
-        .add("post", "/v1/limits/{name}/hold", post(hold_limit))
-        .add("post", "/v1/limits/{name}/release", post(release_limit))
+    t.put("/v1/limits/{name}", put_limit)
+        .get("/v1/limits/{name}", get_limit)
+        .delete("/v1/limits/{name}", delete_limit)
+        .get("/v1/limits", list_limits)
+        .post("/v1/limits/{name}/hold", hold_limit)
+        .post("/v1/limits/{name}/release", release_limit)
 }
 
 fn valid_name(name: &str) -> Result<(), ApiError> {

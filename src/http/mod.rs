@@ -14,7 +14,8 @@ pub mod tasks;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::MethodRouter;
+use axum::handler::Handler;
+use axum::routing::{self, MethodRouter};
 use sqlx::PgPool;
 use tower_http::trace::TraceLayer;
 
@@ -92,7 +93,9 @@ pub struct AppState {
     pub spans: crate::otel::Spans,
 }
 
-/// A router that remembers which (method, path) pairs it serves.
+/// A router that remembers which (method, path) pairs it serves. Each route is added by a method
+/// named after its HTTP method, so the method is spelled once and the list cannot disagree with
+/// what is served.
 pub struct RouteTable {
     router: Router<AppState>,
     routes: Vec<(&'static str, &'static str)>,
@@ -106,7 +109,39 @@ impl RouteTable {
         }
     }
 
-    pub fn add(
+    pub fn get<H, T>(self, path: &'static str, handler: H) -> Self
+    where
+        H: Handler<T, AppState>,
+        T: 'static,
+    {
+        self.add("get", path, routing::get(handler))
+    }
+
+    pub fn post<H, T>(self, path: &'static str, handler: H) -> Self
+    where
+        H: Handler<T, AppState>,
+        T: 'static,
+    {
+        self.add("post", path, routing::post(handler))
+    }
+
+    pub fn put<H, T>(self, path: &'static str, handler: H) -> Self
+    where
+        H: Handler<T, AppState>,
+        T: 'static,
+    {
+        self.add("put", path, routing::put(handler))
+    }
+
+    pub fn delete<H, T>(self, path: &'static str, handler: H) -> Self
+    where
+        H: Handler<T, AppState>,
+        T: 'static,
+    {
+        self.add("delete", path, routing::delete(handler))
+    }
+
+    fn add(
         mut self,
         method: &'static str,
         path: &'static str,

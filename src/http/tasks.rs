@@ -5,7 +5,6 @@ use axum::Json;
 use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
 use chrono::{DateTime, Utc};
 
 use super::extract::{body_object, int_field, string_field};
@@ -41,16 +40,16 @@ pub const MAX_DEBOUNCE_KEY_LEN: usize = 256;
 use crate::domain::task::MAX_REASON_LEN;
 
 pub fn routes(t: RouteTable) -> RouteTable {
-    t.add("put", "/v1/tasks/{id}", put(put_task))
-        .add("get", "/v1/tasks/{id}", get(get_task))
-        .add("delete", "/v1/tasks/{id}", delete(delete_task))
-        .add("get", "/v1/tasks", get(list_tasks))
-        .add("post", "/v1/tasks/{id}/pause", post(pause_task))
-        .add("post", "/v1/tasks/{id}/resume", post(resume_task))
-        .add("get", "/v1/tasks/{id}/preview", get(preview_task))
-        .add("get", "/v1/cron/preview", get(preview_cron))
-        .add("post", "/v1/tasks/{id}/trigger", post(trigger_task))
-        .add("post", "/v1/tasks/{id}/backfill", post(backfill_task))
+    t.put("/v1/tasks/{id}", put_task)
+        .get("/v1/tasks/{id}", get_task)
+        .delete("/v1/tasks/{id}", delete_task)
+        .get("/v1/tasks", list_tasks)
+        .post("/v1/tasks/{id}/pause", pause_task)
+        .post("/v1/tasks/{id}/resume", resume_task)
+        .get("/v1/tasks/{id}/preview", preview_task)
+        .get("/v1/cron/preview", preview_cron)
+        .post("/v1/tasks/{id}/trigger", trigger_task)
+        .post("/v1/tasks/{id}/backfill", backfill_task)
 }
 
 /// The task as the API shows it: the spec (secrets removed) plus the read-only fields.
