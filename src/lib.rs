@@ -19,8 +19,14 @@ pub mod http;
 pub mod otel;
 /// Outbound HTTP: signed, bounded webhook and notification requests.
 pub mod outbound;
+/// The routes the API and the console add themselves to, with the list of what is served.
+pub mod route_table;
+/// The daemon's one router: the API and the console side by side, behind the API's middleware.
+pub mod router;
 /// Background loops, one file each (trigger loop, ...).
 pub mod services;
+/// What request handlers share, API and console alike (`AppState`).
+pub mod state;
 /// The only place with SQL: one file per table.
 pub mod store;
 /// Logging subscriber and the Prometheus metrics recorder.

@@ -7,13 +7,13 @@ use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::AppState;
 use super::error::ApiError;
 use super::extract::{is_json, media_type};
 use crate::domain::access::{Principal, action_of, allows};
+use crate::state::AppState;
 
 /// Routes this middleware lets through: liveness and readiness probes carry no token, and the
-/// console (`/ui/…`) authenticates with its own cookie session (`crate::ui`).
+/// console (`/ui/…`) authenticates with its own cookie session.
 fn is_public(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/ui") || path.starts_with("/ui/")
 }

@@ -15,9 +15,10 @@ use tokio::time::Instant;
 use super::auth::check_agent;
 use super::error::ApiError;
 use super::extract::{JsonBody, body_object, int_field, string_field};
-use super::{AppState, RouteTable};
 use crate::domain::access::Principal;
 use crate::domain::task::valid_name;
+use crate::route_table::RouteTable;
+use crate::state::AppState;
 use crate::store::claim::{self as store_claim, ClaimRequest, Claimed};
 use crate::store::claim_answers::MAX_CLAIM_ID_CHARS;
 

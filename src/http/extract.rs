@@ -299,12 +299,12 @@ pub fn trace_context(
 /// spans are exported, so a report costs nothing more when they are not.
 pub struct CallerSpan(pub Option<crate::domain::trace::TraceContext>);
 
-impl FromRequestParts<super::AppState> for CallerSpan {
+impl FromRequestParts<crate::state::AppState> for CallerSpan {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(
         parts: &mut Parts,
-        state: &super::AppState,
+        state: &crate::state::AppState,
     ) -> Result<Self, Self::Rejection> {
         Ok(CallerSpan(if state.spans.is_on() {
             trace_context(&parts.headers)

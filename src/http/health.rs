@@ -6,7 +6,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::{AppState, RouteTable};
+use crate::route_table::RouteTable;
+use crate::state::AppState;
 use crate::store;
 
 /// The API description, served as written in the repository.

@@ -14,11 +14,12 @@ use super::extract::{
     CallerSpan, JsonBody, QueryParams, body_object, decode_cursor, encode_cursor, int_field,
     lease_token_field, page_limit, string_field,
 };
-use super::{AppState, RouteTable};
 use crate::domain::access::Principal;
 use crate::domain::instance::{Instance, InstanceStatus};
 use crate::domain::trace::TraceContext;
 use crate::otel::{SpanKind, names};
+use crate::route_table::RouteTable;
+use crate::state::AppState;
 use crate::store::{self, events, instances as store_instances};
 
 pub use crate::domain::task::MAX_RESULT_BYTES;

@@ -20,11 +20,12 @@ use super::error::ApiError;
 use super::extract::{
     JsonBody, QueryParams, decode_cursor, encode_cursor, page_limit, trace_context,
 };
-use super::{AppState, RouteTable};
 use crate::domain::access::{Principal, redact_url};
 use crate::domain::jitter;
 use crate::domain::schedule::{CronSchedule, format_instant, window_key};
 use crate::domain::task::{FieldError, Task, parse_submission};
+use crate::route_table::RouteTable;
+use crate::state::AppState;
 use crate::store::{self, tasks as store_tasks};
 
 /// Most windows or fire times one preview returns.

@@ -37,7 +37,8 @@ use maud::{DOCTYPE, Markup, html};
 
 use crate::domain::access::{Principal, Role};
 use crate::http::error::ApiError;
-use crate::http::{AppState, RouteTable};
+use crate::route_table::RouteTable;
+use crate::state::AppState;
 
 pub const COOKIE: &str = "kairos_ui";
 /// The login form's double-submit CSRF cookie.

@@ -17,11 +17,11 @@ use crate::domain::instance::{Instance, InstanceStatus};
 use crate::domain::schedule::{CronSchedule, Schedule};
 use crate::domain::task::{MAX_REASON_LEN, Overlap, Task, TriggerSpec, parse_timestamp};
 use crate::domain::text::{NUL_REFUSED, has_nul, without_nul};
-use crate::http::AppState;
 use crate::http::instances::{instance_cursor, operator_move, parse_cursor};
 use crate::http::tasks::{
     MAX_BACKFILL_WINDOWS, not_found_task, run_backfill, task_trace, visible_task,
 };
+use crate::state::AppState;
 use crate::store::instances::{self as store_instances, Backfill, ManualTrigger, Reprocess};
 use crate::store::{self, console, events, tasks as store_tasks};
 
