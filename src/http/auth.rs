@@ -7,9 +7,9 @@ use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::error::ApiError;
 use super::extract::{is_json, media_type};
 use crate::domain::access::{Principal, action_of, allows};
+use crate::problem::ApiError;
 use crate::state::AppState;
 
 /// Routes this middleware lets through: liveness and readiness probes carry no token, and the

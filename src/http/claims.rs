@@ -13,10 +13,10 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::auth::check_agent;
-use super::error::ApiError;
 use super::extract::{JsonBody, body_object, int_field, string_field};
 use crate::domain::access::Principal;
 use crate::domain::task::valid_name;
+use crate::problem::ApiError;
 use crate::route_table::RouteTable;
 use crate::state::AppState;
 use crate::store::claim::{self as store_claim, ClaimRequest, Claimed};

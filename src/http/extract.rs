@@ -12,9 +12,9 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::error::ApiError;
 use crate::domain::task::{FieldError, json_integer, parse_timestamp};
 use crate::domain::text::{NUL_REFUSED, has_nul, nul_in_json};
+use crate::problem::ApiError;
 
 /// A JSON body. An empty body is `Value::Null` (handlers decide whether that is allowed).
 pub struct JsonBody(pub Value);

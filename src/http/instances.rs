@@ -9,7 +9,6 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::auth::check_instance_agent;
-use super::error::ApiError;
 use super::extract::{
     CallerSpan, JsonBody, QueryParams, body_object, decode_cursor, encode_cursor, int_field,
     lease_token_field, page_limit, string_field,
@@ -18,6 +17,7 @@ use crate::domain::access::Principal;
 use crate::domain::instance::{Instance, InstanceStatus};
 use crate::domain::trace::TraceContext;
 use crate::otel::{SpanKind, names};
+use crate::problem::ApiError;
 use crate::route_table::RouteTable;
 use crate::state::AppState;
 use crate::store::{self, events, instances as store_instances};

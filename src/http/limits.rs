@@ -7,11 +7,11 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::error::ApiError;
 use super::extract::{JsonBody, body_object, int_field, string_field};
 use crate::domain::limit::{MAX_HOLD_SECONDS, MAX_KEY_LEN, Rate, micros, parse_limit};
 use crate::domain::schedule::format_instant;
 use crate::domain::task::{MAX_REASON_LEN, TaskId};
+use crate::problem::ApiError;
 use crate::route_table::RouteTable;
 use crate::state::AppState;
 use crate::store::{self, limits as store_limits};

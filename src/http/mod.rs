@@ -6,7 +6,6 @@
 
 pub mod auth;
 pub mod claims;
-pub mod error;
 pub mod extract;
 pub mod health;
 pub mod instances;
@@ -14,13 +13,16 @@ pub mod limits;
 pub mod server;
 pub mod tasks;
 
+/// The API's errors, by the path they have always had; the type is shared with the console.
+pub use crate::problem as error;
+
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use tower_http::trace::TraceLayer;
 
+use crate::problem::ApiError;
 use crate::route_table::RouteTable;
 use crate::state::AppState;
-use error::ApiError;
 
 /// Add the API's routes to `t`.
 pub fn routes(t: RouteTable) -> RouteTable {

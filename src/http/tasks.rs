@@ -16,7 +16,6 @@ use crate::store::instances::{
 };
 use serde_json::{Value, json};
 
-use super::error::ApiError;
 use super::extract::{
     JsonBody, QueryParams, decode_cursor, encode_cursor, page_limit, trace_context,
 };
@@ -24,6 +23,7 @@ use crate::domain::access::{Principal, redact_url};
 use crate::domain::jitter;
 use crate::domain::schedule::{CronSchedule, format_instant, window_key};
 use crate::domain::task::{FieldError, Task, parse_submission};
+use crate::problem::ApiError;
 use crate::route_table::RouteTable;
 use crate::state::AppState;
 use crate::store::{self, tasks as store_tasks};

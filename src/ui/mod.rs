@@ -36,7 +36,7 @@ use hmac::{KeyInit, Mac};
 use maud::{DOCTYPE, Markup, html};
 
 use crate::domain::access::{Principal, Role};
-use crate::http::error::ApiError;
+use crate::problem::ApiError;
 use crate::route_table::RouteTable;
 use crate::state::AppState;
 
