@@ -35,3 +35,6 @@ pub mod store;
 pub mod telemetry;
 /// The operators' console at `/ui/`: server-rendered pages over the store, same tokens and roles.
 pub mod ui;
+/// What the API and the console both do (backfill, operator moves, task visibility, cursors),
+/// over plain arguments, so neither adapter calls the other.
+pub mod usecases;

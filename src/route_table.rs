@@ -11,19 +11,13 @@ use crate::state::AppState;
 /// A router that remembers which (method, path) pairs it serves. Each route is added by a method
 /// named after its HTTP method, so the method is spelled once and the list cannot disagree with
 /// what is served.
+#[derive(Default)]
 pub struct RouteTable {
     router: Router<AppState>,
     routes: Vec<(&'static str, &'static str)>,
 }
 
 impl RouteTable {
-    pub fn new() -> Self {
-        Self {
-            router: Router::new(),
-            routes: Vec::new(),
-        }
-    }
-
     /// The (method, path) pairs added so far, in axum's `{param}` syntax.
     pub fn served(&self) -> Vec<(&'static str, &'static str)> {
         self.routes.clone()

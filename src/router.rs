@@ -8,7 +8,7 @@ use crate::state::AppState;
 use crate::{http, ui};
 
 fn table() -> RouteTable {
-    ui::routes(http::routes(RouteTable::new()))
+    ui::routes(http::routes(RouteTable::default()))
 }
 
 /// Every (method, path) the daemon serves, API and console, in axum's `{param}` syntax.

@@ -16,9 +16,6 @@ use crate::route_table::RouteTable;
 use crate::state::AppState;
 use crate::store::{self, limits as store_limits};
 
-/// Most keys a per_key limit's view lists (the busiest).
-pub const MAX_KEYS_SHOWN: i64 = 20;
-
 pub fn routes(t: RouteTable) -> RouteTable {
     t.put("/v1/limits/{name}", put_limit)
         .get("/v1/limits/{name}", get_limit)
@@ -49,7 +46,7 @@ fn rate_json(r: &Rate) -> Value {
 /// `held_until` are its one budget's; for a `per_key` limit, `running` is the sum over its
 /// keys, and `keys` lists the busiest keys with their own numbers.
 async fn limit_view(state: &AppState, l: &store_limits::Limit) -> Result<Value, ApiError> {
-    let usage = store_limits::usage(&state.pool, &l.name, MAX_KEYS_SHOWN).await?;
+    let usage = crate::usecases::limits::usage(&state.pool, &l.name).await?;
     let now = micros(usage.now);
     let available = |tat: Option<chrono::DateTime<chrono::Utc>>| {
         l.spec.rate.map(|r| r.available(tat.map(micros), now))

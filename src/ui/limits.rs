@@ -13,7 +13,6 @@ use super::{AdminForm, Session, UiError, UiResult, page};
 use crate::domain::instance::{Instance, InstanceStatus};
 use crate::domain::limit::{MAX_HOLD_SECONDS, MAX_KEY_LEN, micros};
 use crate::domain::task::MAX_REASON_LEN;
-use crate::http::limits::MAX_KEYS_SHOWN;
 use crate::state::AppState;
 use crate::store::limits::{self as store_limits, Limit};
 use crate::store::waiting::{Waiting, waiting_on};
@@ -51,7 +50,7 @@ async fn rows(state: &AppState, with_waiting: bool) -> Result<Vec<Row>, UiError>
     };
     let mut out = Vec::with_capacity(limits.len());
     for limit in limits {
-        let usage = store_limits::usage(&state.pool, &limit.name, MAX_KEYS_SHOWN).await?;
+        let usage = crate::usecases::limits::usage(&state.pool, &limit.name).await?;
         let now = micros(usage.now);
         let rate = limit.spec.rate;
         let budget = |k: &store_limits::KeyUsage| Budget {

@@ -265,7 +265,7 @@ fn csrf_for(token: Option<&str>) -> String {
 /// Resolve the session of a request: open mode (loopback only), or the cookie's token.
 fn session_of(state: &AppState, headers: &HeaderMap) -> Result<Session, UiError> {
     if state.tokens.is_empty() {
-        crate::http::auth::open_mode_addressing(headers)?;
+        crate::usecases::access::open_mode_addressing(headers)?;
         return Ok(Session {
             principal: Principal::open(),
             csrf: csrf_for(None),

@@ -17,13 +17,14 @@ use crate::domain::instance::{Instance, InstanceStatus};
 use crate::domain::schedule::{CronSchedule, Schedule};
 use crate::domain::task::{MAX_REASON_LEN, Overlap, Task, TriggerSpec, parse_timestamp};
 use crate::domain::text::{NUL_REFUSED, has_nul, without_nul};
-use crate::http::instances::{instance_cursor, operator_move, parse_cursor};
-use crate::http::tasks::{
-    MAX_BACKFILL_WINDOWS, not_found_task, run_backfill, task_trace, visible_task,
-};
 use crate::state::AppState;
 use crate::store::instances::{self as store_instances, Backfill, ManualTrigger, Reprocess};
 use crate::store::{self, console, events, tasks as store_tasks};
+use crate::usecases::cursor::{instance_cursor, parse_instance_cursor};
+use crate::usecases::instances::operator_move;
+use crate::usecases::tasks::{
+    MAX_BACKFILL_WINDOWS, not_found_task, run_backfill, task_trace, visible_task,
+};
 
 /// Rows per list page.
 const PAGE: i64 = 50;
@@ -630,7 +631,7 @@ pub async fn task_action(
                     &inst.task_id,
                     &inst.window_key,
                     inst.trace.as_ref(),
-                    task_trace(&state, &id).await.as_ref(),
+                    task_trace(&state.pool, &state.spans, &id).await.as_ref(),
                     inst.created_at,
                 );
             }
@@ -640,7 +641,8 @@ pub async fn task_action(
         "backfill-preview" | "backfill" => {
             let dry_run = action == "backfill-preview";
             let req = backfill_request(&form, dry_run)?;
-            let report = run_backfill(&state, &id, &req).await?;
+            let report =
+                run_backfill(&state.pool, &state.spans, state.retention_days, &id, &req).await?;
             if !dry_run {
                 return Ok(back("backfilled"));
             }
@@ -715,7 +717,7 @@ fn instance_filter(
         priority,
         from,
         to,
-        before: param(q, "cursor").map(parse_cursor).transpose()?,
+        before: param(q, "cursor").map(parse_instance_cursor).transpose()?,
         limit: PAGE + 1,
     })
 }
@@ -1004,7 +1006,7 @@ pub async fn instance_action(
             "cancelled by operator"
         },
     )?;
-    operator_move(&state, uuid, retry, &reason, None).await?;
+    operator_move(&state.pool, uuid, retry, &reason, None).await?;
     let code = if retry { "retried" } else { "cancelled" };
     Ok(Redirect::to(&format!("/ui/instances/{uuid}?done={code}")).into_response())
 }
@@ -1111,7 +1113,7 @@ pub async fn dead_action(State(state): State<AppState>, form: AdminForm) -> UiRe
             failed += 1;
             continue;
         };
-        match operator_move(&state, id, retry, &reason, None).await {
+        match operator_move(&state.pool, id, retry, &reason, None).await {
             Ok(_) => ok += 1,
             Err(e) if e.status().is_client_error() => {
                 tracing::info!(instance_id = %id, reason = %e.detail(), "console bulk action skipped an instance");
