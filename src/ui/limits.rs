@@ -1,7 +1,8 @@
 //! The console's shared limits: the Limits page (each limit's definition and live usage, the
 //! busiest keys of a per_key limit, holds, with hold and release for admins) and an instance's
-//! "Why is it waiting?" panel. Usage is read with the same store functions as `/v1/limits`, and
-//! the reasons with the same [`crate::store::waiting::waiting_on`] as `GET /v1/instances/{id}`.
+//! "Why is it waiting?" panel. Usage is read with the same [`crate::usecases::limits::usage`] as
+//! `/v1/limits`, and the reasons with the same [`crate::store::waiting::waiting_on`] as
+//! `GET /v1/instances/{id}`.
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect};

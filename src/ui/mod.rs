@@ -1,7 +1,7 @@
-//! The operators' console at `/ui/`: server-rendered HTML (maud) over the same store functions as
-//! the API, with the same tokens and roles. Assets are embedded in the binary; pages read fine
-//! without JavaScript (a small script only switches timestamps between UTC and local time and
-//! selects rows in bulk).
+//! The operators' console at `/ui/`: server-rendered HTML (maud) over the same store functions
+//! and `usecases` as the API, with the same tokens and roles; it imports nothing of `http`.
+//! Assets are embedded in the binary; pages read fine without JavaScript (a small script only
+//! switches timestamps between UTC and local time and selects rows in bulk).
 //!
 //! # Sessions
 //! With `auth_tokens` configured, `/ui/login` takes a token and keeps it in the `kairos_ui`
