@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::domain::access::Tokens;
+use crate::http;
 use crate::http::server::ServerLimits;
-use crate::http::{self, AppState, ClaimSettings};
 use crate::otel::Spans;
 use crate::outbound::{self, AllowList};
 use crate::services::Heartbeats;
@@ -29,6 +29,7 @@ use crate::services::timeout_reaper::{TimeoutReaper, TimeoutReaperConfig};
 use crate::services::trigger_loop::{TriggerLoop, TriggerLoopConfig};
 use crate::services::webhook_dispatcher::{WebhookDispatcher, WebhookDispatcherConfig};
 use crate::services::work_signal::WorkSignal;
+use crate::state::{AppState, ClaimSettings};
 use crate::store;
 use crate::store::DbSettings;
 use crate::store::claim_rounds::{self, ClaimRounds};
@@ -290,7 +291,7 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
         db_health: health,
         spans,
     };
-    let app = http::router(state, opts.max_body_bytes);
+    let app = crate::router::router(state, opts.max_body_bytes);
     let server = tokio::spawn(http::server::serve(
         listener,
         app,

@@ -46,7 +46,7 @@ fn spec_routes(yaml: &str) -> BTreeSet<(String, String)> {
 
 #[test]
 fn the_spec_lists_exactly_the_served_routes() {
-    let served: BTreeSet<(String, String)> = kairos::http::served_routes()
+    let served: BTreeSet<(String, String)> = kairos::router::served_routes()
         .into_iter()
         .map(|(m, p)| (m.to_owned(), p.to_owned()))
         .collect();

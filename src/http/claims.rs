@@ -8,17 +8,17 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Extension, State};
-use axum::routing::post;
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::auth::check_agent;
-use super::error::ApiError;
 use super::extract::{JsonBody, body_object, int_field, string_field};
-use super::{AppState, RouteTable};
 use crate::domain::access::Principal;
 use crate::domain::task::valid_name;
+use crate::problem::ApiError;
+use crate::route_table::RouteTable;
+use crate::state::AppState;
 use crate::store::claim::{self as store_claim, ClaimRequest, Claimed};
 use crate::store::claim_answers::MAX_CLAIM_ID_CHARS;
 
@@ -55,7 +55,7 @@ const FALLBACK_POLL: Duration = Duration::from_secs(1);
 const FIRST_RELOOK: Duration = Duration::from_nanos(FALLBACK_POLL.as_nanos() as u64 / 128);
 
 pub fn routes(t: RouteTable) -> RouteTable {
-    t.add("post", "/v1/claims", post(claim))
+    t.post("/v1/claims", claim)
 }
 
 fn name_field(m: &serde_json::Map<String, Value>, key: &str) -> Result<String, ApiError> {

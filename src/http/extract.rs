@@ -12,9 +12,9 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::error::ApiError;
 use crate::domain::task::{FieldError, json_integer, parse_timestamp};
 use crate::domain::text::{NUL_REFUSED, has_nul, nul_in_json};
+use crate::problem::ApiError;
 
 /// A JSON body. An empty body is `Value::Null` (handlers decide whether that is allowed).
 pub struct JsonBody(pub Value);
@@ -174,29 +174,6 @@ pub fn page_limit(q: &QueryParams) -> Result<i64, ApiError> {
     q.int("limit", 100, 1, 500)
 }
 
-/// Opaque cursors: hex of a small text payload, so clients cannot mistake them for ids.
-pub fn encode_cursor(raw: &str) -> String {
-    raw.bytes().map(|b| format!("{b:02x}")).collect()
-}
-
-pub fn decode_cursor(cursor: &str) -> Result<String, ApiError> {
-    let bad = || ApiError::invalid("cursor", "is not a cursor this server issued");
-    if !cursor.len().is_multiple_of(2) || cursor.len() > 1024 {
-        return Err(bad());
-    }
-    let bytes = (0..cursor.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(cursor.get(i..i + 2).unwrap_or("zz"), 16))
-        .collect::<Result<Vec<u8>, _>>()
-        .map_err(|_| bad())?;
-    let text = String::from_utf8(bytes).map_err(|_| bad())?;
-    // Cursors carry ids and instants, never control characters; U+0000 could not reach SQL.
-    if text.chars().any(char::is_control) {
-        return Err(bad());
-    }
-    Ok(text)
-}
-
 /// A JSON object body with only `known` fields; an empty body counts as `{}`.
 pub fn body_object(v: Value, known: &[&str]) -> Result<serde_json::Map<String, Value>, ApiError> {
     let map = match v {
@@ -299,12 +276,12 @@ pub fn trace_context(
 /// spans are exported, so a report costs nothing more when they are not.
 pub struct CallerSpan(pub Option<crate::domain::trace::TraceContext>);
 
-impl FromRequestParts<super::AppState> for CallerSpan {
+impl FromRequestParts<crate::state::AppState> for CallerSpan {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(
         parts: &mut Parts,
-        state: &super::AppState,
+        state: &crate::state::AppState,
     ) -> Result<Self, Self::Rejection> {
         Ok(CallerSpan(if state.spans.is_on() {
             trace_context(&parts.headers)

@@ -4,20 +4,20 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use serde_json::json;
 
-use super::{AppState, RouteTable};
+use crate::route_table::RouteTable;
+use crate::state::AppState;
 use crate::store;
 
 /// The API description, served as written in the repository.
 pub const OPENAPI_YAML: &str = include_str!("../../openapi.yaml");
 
 pub fn routes(t: RouteTable) -> RouteTable {
-    t.add("get", "/healthz", get(healthz))
-        .add("get", "/readyz", get(readyz))
-        .add("get", "/metrics", get(metrics))
-        .add("get", "/openapi.yaml", get(openapi))
+    t.get("/healthz", healthz)
+        .get("/readyz", readyz)
+        .get("/metrics", metrics)
+        .get("/openapi.yaml", openapi)
 }
 
 /// The process is up and serving HTTP.

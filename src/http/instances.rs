@@ -4,23 +4,25 @@ use std::collections::HashMap;
 
 use axum::Json;
 use axum::extract::{Extension, Path, State};
-use axum::routing::{get, post};
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::auth::check_instance_agent;
-use super::error::ApiError;
 use super::extract::{
-    CallerSpan, JsonBody, QueryParams, body_object, decode_cursor, encode_cursor, int_field,
-    lease_token_field, page_limit, string_field,
+    CallerSpan, JsonBody, QueryParams, body_object, int_field, lease_token_field, page_limit,
+    string_field,
 };
-use super::{AppState, RouteTable};
 use crate::domain::access::Principal;
 use crate::domain::instance::{Instance, InstanceStatus};
 use crate::domain::trace::TraceContext;
 use crate::otel::{SpanKind, names};
+use crate::problem::ApiError;
+use crate::route_table::RouteTable;
+use crate::state::AppState;
 use crate::store::{self, events, instances as store_instances};
+use crate::usecases::cursor::{instance_cursor, parse_instance_cursor};
+use crate::usecases::instances::{not_found_instance, operator_move};
 
 pub use crate::domain::task::MAX_RESULT_BYTES;
 use crate::domain::task::{MAX_DOCUMENT_BYTES, MAX_REASON_LEN};
@@ -28,14 +30,14 @@ use crate::domain::task::{MAX_DOCUMENT_BYTES, MAX_REASON_LEN};
 const MAX_ERROR_INPUT: usize = MAX_DOCUMENT_BYTES;
 
 pub fn routes(t: RouteTable) -> RouteTable {
-    t.add("get", "/v1/instances", get(list_instances))
-        .add("get", "/v1/instances/{id}", get(get_instance))
-        .add("post", "/v1/instances/{id}/heartbeat", post(heartbeat))
-        .add("post", "/v1/instances/{id}/complete", post(complete))
-        .add("post", "/v1/instances/{id}/fail", post(fail))
-        .add("post", "/v1/instances/{id}/retry", post(retry))
-        .add("post", "/v1/instances/{id}/cancel", post(cancel))
-        .add("post", "/v1/completions", post(complete_batch))
+    t.get("/v1/instances", list_instances)
+        .get("/v1/instances/{id}", get_instance)
+        .post("/v1/instances/{id}/heartbeat", heartbeat)
+        .post("/v1/instances/{id}/complete", complete)
+        .post("/v1/instances/{id}/fail", fail)
+        .post("/v1/instances/{id}/retry", retry)
+        .post("/v1/instances/{id}/cancel", cancel)
+        .post("/v1/completions", complete_batch)
 }
 
 pub fn instance_json(i: &Instance) -> Value {
@@ -44,13 +46,6 @@ pub fn instance_json(i: &Instance) -> Value {
 
 pub fn parse_instance_id(id: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(id).map_err(|_| ApiError::NotFound(format!("no instance with id {id:?}")))
-}
-
-fn not_found_instance(e: store::Error, id: &Uuid) -> ApiError {
-    match e {
-        store::Error::NotFound => ApiError::NotFound(format!("no instance with id {id}")),
-        other => other.into(),
-    }
 }
 
 async fn get_instance(
@@ -79,20 +74,6 @@ async fn get_instance(
         v["waiting_on"] = serde_json::to_value(&waiting).unwrap_or(Value::Null);
     }
     Ok(Json(v))
-}
-
-pub(crate) fn parse_cursor(raw: &str) -> Result<(DateTime<Utc>, Uuid), ApiError> {
-    let bad = || ApiError::invalid("cursor", "is not a cursor this server issued");
-    let text = decode_cursor(raw)?;
-    let (micros, id) = text.split_once('|').ok_or_else(bad)?;
-    let micros: i64 = micros.parse().map_err(|_| bad())?;
-    // Windows are RFC 3339 instants (years 0–9999); anything else was not issued here, and
-    // PostgreSQL could not even compare it.
-    let at = DateTime::<Utc>::from_timestamp_micros(micros)
-        .filter(|t| (0..=9999).contains(&chrono::Datelike::year(t)))
-        .ok_or_else(bad)?;
-    let id = Uuid::parse_str(id).map_err(|_| bad())?;
-    Ok((at, id))
 }
 
 async fn list_instances(
@@ -143,7 +124,7 @@ async fn list_instances(
         priority,
         from,
         to,
-        before: q.str("cursor").map(parse_cursor).transpose()?,
+        before: q.str("cursor").map(parse_instance_cursor).transpose()?,
         limit: limit + 1,
     };
     let mut items = store_instances::list_instances(&state.pool, &filter).await?;
@@ -157,11 +138,6 @@ async fn list_instances(
         "items": items.iter().map(instance_json).collect::<Vec<_>>(),
         "next_cursor": next_cursor,
     })))
-}
-
-/// The list cursor that continues after `i` (newest first).
-pub(crate) fn instance_cursor(i: &Instance) -> String {
-    encode_cursor(&format!("{}|{}", i.scheduled_at.timestamp_micros(), i.id))
 }
 
 async fn heartbeat(
@@ -394,31 +370,8 @@ async fn operator_action(
     } else {
         (reason_of(body, action.default_reason)?, None)
     };
-    let inst = operator_move(state, id, action.retry, &reason, priority).await?;
+    let inst = operator_move(&state.pool, id, action.retry, &reason, priority).await?;
     Ok(Json(instance_json(&inst)))
-}
-
-/// An operator retry (`retry`) or cancel of one instance, logged; shared with the console.
-pub(crate) async fn operator_move(
-    state: &AppState,
-    id: Uuid,
-    retry: bool,
-    reason: &str,
-    priority: Option<i16>,
-) -> Result<Instance, ApiError> {
-    let done = if retry {
-        store_instances::operator_retry(&state.pool, id, "operator", reason, priority).await
-    } else {
-        store_instances::operator_cancel(&state.pool, id, "operator", reason).await
-    };
-    let inst = done.map_err(|e| not_found_instance(e, &id))?;
-    let what = if retry {
-        "instance retried by operator"
-    } else {
-        "instance cancelled by operator"
-    };
-    tracing::info!(task_id = %inst.task_id, window_key = %inst.window_key, instance_id = %inst.id, attempt = inst.attempt, reason = %reason, "{what}");
-    Ok(inst)
 }
 
 async fn retry(

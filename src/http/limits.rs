@@ -5,27 +5,24 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
 use serde_json::{Value, json};
 
-use super::error::ApiError;
 use super::extract::{JsonBody, body_object, int_field, string_field};
-use super::{AppState, RouteTable};
 use crate::domain::limit::{MAX_HOLD_SECONDS, MAX_KEY_LEN, Rate, micros, parse_limit};
 use crate::domain::schedule::format_instant;
 use crate::domain::task::{MAX_REASON_LEN, TaskId};
+use crate::problem::ApiError;
+use crate::route_table::RouteTable;
+use crate::state::AppState;
 use crate::store::{self, limits as store_limits};
 
-/// Most keys a per_key limit's view lists (the busiest).
-pub const MAX_KEYS_SHOWN: i64 = 20;
-
 pub fn routes(t: RouteTable) -> RouteTable {
-    t.add("put", "/v1/limits/{name}", put(put_limit))
-        .add("get", "/v1/limits/{name}", get(get_limit))
-        .add("delete", "/v1/limits/{name}", delete(delete_limit))
-        .add("get", "/v1/limits", get(list_limits))
-        .add("post", "/v1/limits/{name}/hold", post(hold_limit))
-        .add("post", "/v1/limits/{name}/release", post(release_limit))
+    t.put("/v1/limits/{name}", put_limit)
+        .get("/v1/limits/{name}", get_limit)
+        .delete("/v1/limits/{name}", delete_limit)
+        .get("/v1/limits", list_limits)
+        .post("/v1/limits/{name}/hold", hold_limit)
+        .post("/v1/limits/{name}/release", release_limit)
 }
 
 fn valid_name(name: &str) -> Result<(), ApiError> {
@@ -49,7 +46,7 @@ fn rate_json(r: &Rate) -> Value {
 /// `held_until` are its one budget's; for a `per_key` limit, `running` is the sum over its
 /// keys, and `keys` lists the busiest keys with their own numbers.
 async fn limit_view(state: &AppState, l: &store_limits::Limit) -> Result<Value, ApiError> {
-    let usage = store_limits::usage(&state.pool, &l.name, MAX_KEYS_SHOWN).await?;
+    let usage = crate::usecases::limits::usage(&state.pool, &l.name).await?;
     let now = micros(usage.now);
     let available = |tat: Option<chrono::DateTime<chrono::Utc>>| {
         l.spec.rate.map(|r| r.available(tat.map(micros), now))

@@ -1,10 +1,11 @@
 //! The HTTP adapter: one file per resource, each adding its routes to a [`RouteTable`] so the
-//! list of served routes is known (and checked against `openapi.yaml` by a test). Handlers parse,
-//! call `store`, and render; no SQL and no product rules live here.
+//! list of served routes is known (and checked against `openapi.yaml` by a test), and the
+//! middleware every request passes (authentication, body limit, database gate, timeout).
+//! Handlers parse, call `store` or the shared `usecases`, and render; no SQL and no product
+//! rules live here, and nothing of the console: `router` puts the two side by side.
 
 pub mod auth;
 pub mod claims;
-pub mod error;
 pub mod extract;
 pub mod health;
 pub mod instances;
@@ -12,131 +13,30 @@ pub mod limits;
 pub mod server;
 pub mod tasks;
 
+/// The API's errors, by the path they have always had; the type is shared with the console.
+pub use crate::problem as error;
+
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::MethodRouter;
-use sqlx::PgPool;
 use tower_http::trace::TraceLayer;
 
-use std::sync::Arc;
+use crate::problem::ApiError;
+use crate::route_table::RouteTable;
+use crate::state::AppState;
 
-use crate::config::Config;
-use crate::domain::access::Tokens;
-use crate::services::Heartbeats;
-use crate::services::work_signal::WorkSignal;
-use error::ApiError;
-use tokio_util::sync::CancellationToken;
-
-/// Limits on leases and long polls.
-#[derive(Debug, Clone)]
-pub struct ClaimSettings {
-    /// Lease when a claim or heartbeat does not ask for one (`default_lease_seconds`).
-    pub default_lease_seconds: i64,
-    /// Longest lease a claim or heartbeat may ask for (`max_lease_seconds`).
-    pub max_lease_seconds: i64,
-    /// Longest `wait_seconds` of a long-poll claim (`claim_max_wait_seconds`).
-    pub max_wait_seconds: i64,
-    /// Most long polls waiting at once in this process (`claim_max_waiters`).
-    pub max_waiters: usize,
-    /// How long without a claim before an agent counts as absent (`agent_absent_seconds`).
-    pub agent_absent_seconds: i64,
-}
-
-impl ClaimSettings {
-    pub fn from_config(cfg: &Config) -> Self {
-        Self {
-            default_lease_seconds: cfg.default_lease_seconds,
-            max_lease_seconds: cfg.max_lease_seconds,
-            max_wait_seconds: cfg.claim_max_wait_seconds,
-            max_waiters: cfg.claim_max_waiters,
-            agent_absent_seconds: cfg.agent_absent_seconds,
-        }
-    }
-}
-
-impl Default for ClaimSettings {
-    fn default() -> Self {
-        Self::from_config(&Config::default())
-    }
-}
-
-/// What handlers share.
-#[derive(Clone)]
-pub struct AppState {
-    pub pool: PgPool,
-    pub heartbeats: Heartbeats,
-    pub node_id: String,
-    pub claims: ClaimSettings,
-    pub work_signal: WorkSignal,
-    /// Cancelled at shutdown: long polls return at once with what they have.
-    pub shutdown: CancellationToken,
-    /// Bearer tokens; empty runs open (loopback only, enforced by configuration).
-    pub tokens: Arc<Tokens>,
-    /// Where webhook and notification URLs may point.
-    pub outbound: crate::outbound::Policy,
-    /// Single complete, fail and heartbeat calls share transactions through it.
-    pub group: crate::store::group_commit::GroupCommit,
-    /// Concurrent claims of one agent share one claim transaction through it.
-    pub claim_rounds: crate::store::claim_rounds::ClaimRounds,
-    /// One permit per long poll allowed to wait (`claim_max_waiters`).
-    pub claim_waiters: Arc<tokio::sync::Semaphore>,
-    /// How long a request may take (`http_request_timeout_seconds`); long polls get their
-    /// wait on top.
-    pub request_timeout: std::time::Duration,
-    /// `retention_days`: windows older than this may have been pruned, so backfills and manual
-    /// windows that old are refused (their uniqueness could no longer be guaranteed).
-    pub retention_days: i64,
-    /// Whether the database answers: while it does not, claims and writes answer 503 at once.
-    pub db_health: crate::store::health::DbHealth,
-    /// Where spans are recorded (off unless `otel_endpoint` is set).
-    pub spans: crate::otel::Spans,
-}
-
-/// A router that remembers which (method, path) pairs it serves.
-pub struct RouteTable {
-    router: Router<AppState>,
-    routes: Vec<(&'static str, &'static str)>,
-}
-
-impl RouteTable {
-    fn new() -> Self {
-        Self {
-            router: Router::new(),
-            routes: Vec::new(),
-        }
-    }
-
-    pub fn add(
-        mut self,
-        method: &'static str,
-        path: &'static str,
-        handler: MethodRouter<AppState>,
-    ) -> Self {
-        self.routes.push((method, path));
-        self.router = self.router.route(path, handler);
-        self
-    }
-}
-
-fn table() -> RouteTable {
-    let t = RouteTable::new();
+/// Add the API's routes to `t`.
+pub fn routes(t: RouteTable) -> RouteTable {
     let t = tasks::routes(t);
     let t = instances::routes(t);
     let t = limits::routes(t);
     let t = claims::routes(t);
-    let t = crate::ui::routes(t);
     health::routes(t)
 }
 
-/// Every (method, path) the API serves, in axum's `{param}` syntax.
-pub fn served_routes() -> Vec<(&'static str, &'static str)> {
-    table().routes
-}
-
-/// The whole API.
-pub fn router(state: AppState, max_body_bytes: usize) -> Router {
-    table()
-        .router
+/// `routes` behind the API's middleware, with problem+json answers for unknown routes and
+/// methods. Whatever `routes` holds passes the same layers, the console's pages included.
+pub fn layered(routes: Router<AppState>, state: AppState, max_body_bytes: usize) -> Router {
+    routes
         .route_layer(axum::middleware::from_fn(extract::refuse_unstorable_path))
         .fallback(|| async { ApiError::NotFound("no such route".to_owned()) })
         .method_not_allowed_fallback(|| async {

@@ -5,98 +5,52 @@ use axum::Json;
 use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
 use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
 
-use super::extract::{body_object, int_field, string_field};
+use super::extract::{
+    JsonBody, QueryParams, body_object, int_field, page_limit, string_field, trace_context,
+};
 use super::instances::instance_json;
-use crate::domain::task::Overlap;
-use crate::domain::task::{MAX_CONTEXT_BYTES, parse_timestamp};
+use crate::domain::access::Principal;
+use crate::domain::jitter;
+use crate::domain::schedule::{CronSchedule, format_instant, window_key};
+use crate::domain::task::{
+    FieldError, MAX_CONTEXT_BYTES, MAX_REASON_LEN, Overlap, Task, parse_submission, parse_timestamp,
+};
+use crate::problem::ApiError;
+use crate::route_table::RouteTable;
+use crate::state::AppState;
 use crate::store::instances::{
     self as store_instances, Backfill, ManualTrigger, Reprocess, Triggered,
 };
-use serde_json::{Value, json};
-
-use super::error::ApiError;
-use super::extract::{
-    JsonBody, QueryParams, decode_cursor, encode_cursor, page_limit, trace_context,
-};
-use super::{AppState, RouteTable};
-use crate::domain::access::{Principal, redact_url};
-use crate::domain::jitter;
-use crate::domain::schedule::{CronSchedule, format_instant, window_key};
-use crate::domain::task::{FieldError, Task, parse_submission};
 use crate::store::{self, tasks as store_tasks};
+use crate::usecases::cursor::{decode_cursor, encode_cursor};
+use crate::usecases::tasks::{
+    MAX_BACKFILL_WINDOWS, check_ahead_of_retention, check_retention, not_found_task, run_backfill,
+    task_json, task_trace, visible_task,
+};
 
 /// Most windows or fire times one preview returns.
 pub const MAX_PREVIEW_COUNT: i64 = 1000;
-/// Most windows one backfill call may cover.
-pub const MAX_BACKFILL_WINDOWS: usize = 10_000;
 /// Longest delay of a delayed run: one year.
 pub const MAX_DELAY_SECONDS: i64 = 366 * 86_400;
 /// Longest caller-chosen window key.
 pub const MAX_WINDOW_KEY_LEN: usize = 256;
 /// Longest caller-chosen debounce key.
 pub const MAX_DEBOUNCE_KEY_LEN: usize = 256;
-use crate::domain::task::MAX_REASON_LEN;
 
 pub fn routes(t: RouteTable) -> RouteTable {
-    t.add("put", "/v1/tasks/{id}", put(put_task))
-        .add("get", "/v1/tasks/{id}", get(get_task))
-        .add("delete", "/v1/tasks/{id}", delete(delete_task))
-        .add("get", "/v1/tasks", get(list_tasks))
-        .add("post", "/v1/tasks/{id}/pause", post(pause_task))
-        .add("post", "/v1/tasks/{id}/resume", post(resume_task))
-        .add("get", "/v1/tasks/{id}/preview", get(preview_task))
-        .add("get", "/v1/cron/preview", get(preview_cron))
-        .add("post", "/v1/tasks/{id}/trigger", post(trigger_task))
-        .add("post", "/v1/tasks/{id}/backfill", post(backfill_task))
-}
-
-/// The task as the API shows it: the spec (secrets removed) plus the read-only fields.
-pub fn task_json(t: &Task) -> Value {
-    let mut v = t.spec.to_public_json();
-    if let Some(o) = v.as_object_mut() {
-        o.insert("paused".into(), json!(t.paused));
-        o.insert("paused_reason".into(), json!(t.paused_reason));
-        o.insert(
-            "next_fire_at".into(),
-            json!(t.next_fire_at.map(format_instant)),
-        );
-        o.insert("consecutive_failures".into(), json!(t.consecutive_failures));
-        o.insert("version".into(), json!(t.version));
-        o.insert("created_at".into(), json!(format_instant(t.created_at)));
-        o.insert("updated_at".into(), json!(format_instant(t.updated_at)));
-    }
-    v
-}
-
-/// The task as `principal` may see it: another agent's task is 404 for an agent token limited
-/// to some agents, and only admins see the path and query of webhook and notification URLs.
-pub(crate) fn visible_task(t: &Task, principal: &Principal) -> Result<Value, ApiError> {
-    if !principal.may_read(&t.spec.agent_id) {
-        tracing::debug!(principal = %principal.label, task_id = %t.spec.id.as_str(), reason = "another agent's task", "read hidden");
-        return Err(ApiError::NotFound(format!(
-            "no task with id {:?}",
-            t.spec.id.as_str()
-        )));
-    }
-    let mut v = task_json(t);
-    if !principal.sees_url_paths() {
-        if let Some(Value::String(url)) = v.pointer_mut("/dispatch/url") {
-            *url = redact_url(url);
-        }
-        for list in ["on_success", "on_failure"] {
-            if let Some(Value::Array(urls)) = v.pointer_mut(&format!("/notify/{list}")) {
-                for u in urls.iter_mut() {
-                    if let Value::String(url) = u {
-                        *url = redact_url(url);
-                    }
-                }
-            }
-        }
-    }
-    Ok(v)
+    t.put("/v1/tasks/{id}", put_task)
+        .get("/v1/tasks/{id}", get_task)
+        .delete("/v1/tasks/{id}", delete_task)
+        .get("/v1/tasks", list_tasks)
+        .post("/v1/tasks/{id}/pause", pause_task)
+        .post("/v1/tasks/{id}/resume", resume_task)
+        .get("/v1/tasks/{id}/preview", preview_task)
+        .get("/v1/cron/preview", preview_cron)
+        .post("/v1/tasks/{id}/trigger", trigger_task)
+        .post("/v1/tasks/{id}/backfill", backfill_task)
 }
 
 fn task_response(status: StatusCode, t: &Task) -> Response {
@@ -224,31 +178,6 @@ fn check_outbound_hosts(
         Ok(())
     } else {
         Err(ApiError::Invalid(errors))
-    }
-}
-
-/// The context task `id` was defined under, for its window spans' links (docs/tracing.md):
-/// read only when spans are exported; a failed read loses the link, never the request.
-pub(crate) async fn task_trace(
-    state: &AppState,
-    id: &str,
-) -> Option<crate::domain::trace::TraceContext> {
-    if !state.spans.is_on() {
-        return None;
-    }
-    match store_tasks::list_task_traces(&state.pool, &[id]).await {
-        Ok(mut traces) => traces.remove(id),
-        Err(e) => {
-            tracing::warn!(task_id = %id, error = %e, "reading the task's trace context for a window span link failed");
-            None
-        }
-    }
-}
-
-pub(crate) fn not_found_task(e: store::Error, id: &str) -> ApiError {
-    match e {
-        store::Error::NotFound => ApiError::NotFound(format!("no task with id {id:?}")),
-        other => other.into(),
     }
 }
 
@@ -426,68 +355,6 @@ async fn preview_cron(
     })))
 }
 
-/// The oldest window instant still protected by its row: `retention_days` before the database
-/// clock. Older terminal rows may have been pruned.
-async fn retention_cutoff(state: &AppState) -> Result<DateTime<Utc>, ApiError> {
-    let now = store::now(&state.pool).await?;
-    Ok(now - chrono::Duration::days(state.retention_days))
-}
-
-/// Refuse a window instant older than `cutoff`: the pruner may have deleted the row that made
-/// that window unique, so it could be created, and run, a second time.
-fn check_retention(
-    state: &AppState,
-    task_id: &str,
-    field: &str,
-    at: DateTime<Utc>,
-    cutoff: DateTime<Utc>,
-) -> Result<(), ApiError> {
-    if at >= cutoff {
-        return Ok(());
-    }
-    let at = format_instant(at);
-    tracing::info!(task_id = %task_id, window_key = %at, field, reason = "older than retention_days", "window refused");
-    Err(ApiError::invalid(
-        field,
-        format!(
-            "{at} is older than retention_days ({} days, before {}): instances that old may \
-             have been pruned, so the window's uniqueness can no longer be guaranteed",
-            state.retention_days,
-            format_instant(cutoff)
-        ),
-    ))
-}
-
-/// Refuse a window key naming an instant more than `retention_days` after the run's own time.
-/// The run's row is scheduled at that time and may be pruned `retention_days` after it: were
-/// that before the window's instant, the schedule would find no row for the window and run it
-/// a second time. (Refused rather than kept by the pruner, the same bound both ways: a window
-/// key is accepted only within `retention_days` of when its run is.)
-fn check_ahead_of_retention(
-    state: &AppState,
-    task_id: &str,
-    at: DateTime<Utc>,
-    runs_at: DateTime<Utc>,
-) -> Result<(), ApiError> {
-    let horizon = runs_at + chrono::Duration::days(state.retention_days);
-    if at <= horizon {
-        return Ok(());
-    }
-    let at = format_instant(at);
-    tracing::info!(task_id = %task_id, window_key = %at, reason = "later than retention_days after the run", "window refused");
-    Err(ApiError::invalid(
-        "window_key",
-        format!(
-            "{at} is more than retention_days ({} days, after {}) after the run's time: its \
-             instance may be pruned before the window comes, and the window would then run a \
-             second time; trigger it within {} days of its instant",
-            state.retention_days,
-            format_instant(horizon),
-            state.retention_days
-        ),
-    ))
-}
-
 async fn trigger_task(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -577,13 +444,13 @@ async fn trigger_task(
         let cutoff = now - chrono::Duration::days(state.retention_days);
         for (field, at) in [("window_key", key_instant), ("run_at", run_at)] {
             if let Some(at) = at {
-                check_retention(&state, &id, field, at, cutoff)?;
+                check_retention(state.retention_days, &id, field, at, cutoff)?;
             }
         }
         if let Some(at) = key_instant {
             let runs_at =
                 run_at.unwrap_or(now + chrono::Duration::seconds(delay_seconds.unwrap_or(0)));
-            check_ahead_of_retention(&state, &id, at, runs_at)?;
+            check_ahead_of_retention(state.retention_days, &id, at, runs_at)?;
         }
     }
     let trigger = ManualTrigger {
@@ -605,7 +472,7 @@ async fn trigger_task(
                 &inst.task_id,
                 &inst.window_key,
                 inst.trace.as_ref(),
-                task_trace(&state, &id).await.as_ref(),
+                task_trace(&state.pool, &state.spans, &id).await.as_ref(),
                 inst.created_at,
             );
             tracing::info!(task_id = %id, window_key = %inst.window_key, instance_id = %inst.id, available_at = %format_instant(inst.available_at), "manual run created");
@@ -686,7 +553,7 @@ async fn backfill_task(
         reprocess,
         priority,
     };
-    let report = run_backfill(&state, &id, &req).await?;
+    let report = run_backfill(&state.pool, &state.spans, state.retention_days, &id, &req).await?;
     let mut out = json!({
         "dry_run": dry_run,
         "created": report.created,
@@ -703,36 +570,4 @@ async fn backfill_task(
             .collect();
     }
     Ok(Json(out))
-}
-
-/// A backfill as the API and the console run it: `to` after `from`, `from` within retention,
-/// then the store's backfill, logged.
-pub(crate) async fn run_backfill(
-    state: &AppState,
-    id: &str,
-    req: &Backfill,
-) -> Result<store_instances::BackfillReport, ApiError> {
-    if req.to <= req.from {
-        return Err(ApiError::invalid("to", "must be after from"));
-    }
-    check_retention(state, id, "from", req.from, retention_cutoff(state).await?)?;
-    let report = store_instances::backfill(&state.pool, id, req, "backfill")
-        .await
-        .map_err(|e| not_found_task(e, id))?;
-    if state.spans.is_on() && !report.materialised.is_empty() {
-        let now = Utc::now();
-        let link = task_trace(state, id).await;
-        for c in &report.materialised {
-            state.spans.window(
-                c.id,
-                &c.task_id,
-                &c.window_key,
-                c.trace().as_ref(),
-                link.as_ref(),
-                now,
-            );
-        }
-    }
-    tracing::info!(task_id = %id, from = %format_instant(req.from), to = %format_instant(req.to), dry_run = req.dry_run, overlap = ?req.overlap, reprocess = ?req.reprocess, created = report.created, existing = report.existing, skipped = report.skipped, cancelled = report.cancelled, reprocessed = report.reprocessed, "backfill");
-    Ok(report)
 }

@@ -1,7 +1,8 @@
 //! The console's shared limits: the Limits page (each limit's definition and live usage, the
 //! busiest keys of a per_key limit, holds, with hold and release for admins) and an instance's
-//! "Why is it waiting?" panel. Usage is read with the same store functions as `/v1/limits`, and
-//! the reasons with the same [`crate::store::waiting::waiting_on`] as `GET /v1/instances/{id}`.
+//! "Why is it waiting?" panel. Usage is read with the same [`crate::usecases::limits::usage`] as
+//! `/v1/limits`, and the reasons with the same [`crate::store::waiting::waiting_on`] as
+//! `GET /v1/instances/{id}`.
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect};
@@ -13,8 +14,7 @@ use super::{AdminForm, Session, UiError, UiResult, page};
 use crate::domain::instance::{Instance, InstanceStatus};
 use crate::domain::limit::{MAX_HOLD_SECONDS, MAX_KEY_LEN, micros};
 use crate::domain::task::MAX_REASON_LEN;
-use crate::http::AppState;
-use crate::http::limits::MAX_KEYS_SHOWN;
+use crate::state::AppState;
 use crate::store::limits::{self as store_limits, Limit};
 use crate::store::waiting::{Waiting, waiting_on};
 use crate::store::{self};
@@ -51,7 +51,7 @@ async fn rows(state: &AppState, with_waiting: bool) -> Result<Vec<Row>, UiError>
     };
     let mut out = Vec::with_capacity(limits.len());
     for limit in limits {
-        let usage = store_limits::usage(&state.pool, &limit.name, MAX_KEYS_SHOWN).await?;
+        let usage = crate::usecases::limits::usage(&state.pool, &limit.name).await?;
         let now = micros(usage.now);
         let rate = limit.spec.rate;
         let budget = |k: &store_limits::KeyUsage| Budget {

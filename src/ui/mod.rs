@@ -1,7 +1,7 @@
-//! The operators' console at `/ui/`: server-rendered HTML (maud) over the same store functions as
-//! the API, with the same tokens and roles. Assets are embedded in the binary; pages read fine
-//! without JavaScript (a small script only switches timestamps between UTC and local time and
-//! selects rows in bulk).
+//! The operators' console at `/ui/`: server-rendered HTML (maud) over the same store functions
+//! and `usecases` as the API, with the same tokens and roles; it imports nothing of `http`.
+//! Assets are embedded in the binary; pages read fine without JavaScript (a small script only
+//! switches timestamps between UTC and local time and selects rows in bulk).
 //!
 //! # Sessions
 //! With `auth_tokens` configured, `/ui/login` takes a token and keeps it in the `kairos_ui`
@@ -32,13 +32,13 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::get;
 use hmac::{KeyInit, Mac};
 use maud::{DOCTYPE, Markup, html};
 
 use crate::domain::access::{Principal, Role};
-use crate::http::error::ApiError;
-use crate::http::{AppState, RouteTable};
+use crate::problem::ApiError;
+use crate::route_table::RouteTable;
+use crate::state::AppState;
 
 pub const COOKIE: &str = "kairos_ui";
 /// The login form's double-submit CSRF cookie.
@@ -47,36 +47,24 @@ const CSS: &str = include_str!("assets/app.css");
 const JS: &str = include_str!("assets/app.js");
 
 pub fn routes(t: RouteTable) -> RouteTable {
-    t.add("get", "/ui", get(|| async { Redirect::permanent("/ui/") }))
-        .add("get", "/ui/", get(pages::overview))
-        .add("get", "/ui/login", get(pages::login_form))
-        .add("post", "/ui/login", axum::routing::post(pages::login))
-        .add("post", "/ui/logout", axum::routing::post(pages::logout))
-        .add("get", "/ui/tasks", get(pages::tasks))
-        .add("get", "/ui/tasks/{id}", get(pages::task_detail))
-        .add(
-            "post",
-            "/ui/tasks/{id}/{action}",
-            axum::routing::post(pages::task_action),
-        )
-        .add("get", "/ui/instances", get(pages::instances))
-        .add("get", "/ui/instances/{id}", get(pages::instance_detail))
-        .add(
-            "post",
-            "/ui/instances/{id}/{action}",
-            axum::routing::post(pages::instance_action),
-        )
-        .add("get", "/ui/limits", get(limits::limits_page))
-        .add(
-            "post",
-            "/ui/limits/{name}/{action}",
-            axum::routing::post(limits::limit_action),
-        )
-        .add("get", "/ui/dead", get(pages::dead_queue))
-        .add("post", "/ui/dead", axum::routing::post(pages::dead_action))
-        .add("get", "/ui/playground", get(pages::playground))
-        .add("get", "/ui/assets/app.css", get(css))
-        .add("get", "/ui/assets/app.js", get(js))
+    t.get("/ui", || async { Redirect::permanent("/ui/") })
+        .get("/ui/", pages::overview)
+        .get("/ui/login", pages::login_form)
+        .post("/ui/login", pages::login)
+        .post("/ui/logout", pages::logout)
+        .get("/ui/tasks", pages::tasks)
+        .get("/ui/tasks/{id}", pages::task_detail)
+        .post("/ui/tasks/{id}/{action}", pages::task_action)
+        .get("/ui/instances", pages::instances)
+        .get("/ui/instances/{id}", pages::instance_detail)
+        .post("/ui/instances/{id}/{action}", pages::instance_action)
+        .get("/ui/limits", limits::limits_page)
+        .post("/ui/limits/{name}/{action}", limits::limit_action)
+        .get("/ui/dead", pages::dead_queue)
+        .post("/ui/dead", pages::dead_action)
+        .get("/ui/playground", pages::playground)
+        .get("/ui/assets/app.css", css)
+        .get("/ui/assets/app.js", js)
 }
 
 async fn css() -> Response {
@@ -277,7 +265,7 @@ fn csrf_for(token: Option<&str>) -> String {
 /// Resolve the session of a request: open mode (loopback only), or the cookie's token.
 fn session_of(state: &AppState, headers: &HeaderMap) -> Result<Session, UiError> {
     if state.tokens.is_empty() {
-        crate::http::auth::open_mode_addressing(headers)?;
+        crate::usecases::access::open_mode_addressing(headers)?;
         return Ok(Session {
             principal: Principal::open(),
             csrf: csrf_for(None),

@@ -1,7 +1,7 @@
-//! `ApiError`: every failure the API reports, rendered once as `application/problem+json`
-//! (`type, title, status, detail`, plus `errors: [{field, message}]` for validation). Server
-//! errors are opaque to the client and logged in full.
-
+//! `ApiError`: every failure a request can end in, API call or console page, with its HTTP
+//! status and client-facing detail; the API renders it once as `application/problem+json`
+//! (`type, title, status, detail`, plus `errors: [{field, message}]` for validation), the
+//! console as a page. Server errors are opaque to the client and logged in full.
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
