@@ -17,7 +17,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::client::{Client, Error};
-use super::{Output, limit_path, print_json, task_path};
+use super::limits::limit_path;
+use super::output::{Output, print_json};
+use super::tasks::task_path;
 use crate::domain::task::{READ_ONLY_FIELDS, parse_timestamp};
 
 #[derive(Args, Debug)]
