@@ -1,0 +1,375 @@
+//! Steps 2 and 3 of a claim: reserve permits, recheck in a fresh snapshot, admit under shared
+//! limits and move the granted rows to RUNNING (see the module above).
+
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use super::pick::Chosen;
+use super::*;
+/// Step 2: reserve, per chosen task, up to as many permits as rows were chosen of it, among
+/// the permits no committed RUNNING row holds and no other claimer has reserved. Returns
+/// `(task_id, permit)` pairs; the reservations last until the transaction ends.
+pub(super) async fn reserve_permits(
+    conn: &mut PgConnection,
+    chosen: &[Chosen],
+) -> Result<Vec<(String, i32)>> {
+    // Per task in first-chosen order: (task, rows chosen, limit). A round of 1,000 rows may
+    // name 1,000 tasks, so each task's entry is found by a map, not a scan.
+    let mut want: Vec<(&str, i32, i32)> = Vec::new();
+    let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for c in chosen {
+        let k = *at.entry(c.task_id.as_str()).or_insert_with(|| {
+            want.push((c.task_id.as_str(), 0, c.lim));
+            want.len() - 1
+        });
+        if let Some(w) = want.get_mut(k) {
+            w.1 += 1;
+        }
+    }
+    let tasks: Vec<&str> = want.iter().map(|w| w.0).collect();
+    let counts: Vec<i32> = want.iter().map(|w| w.1).collect();
+    let lims: Vec<i32> = want.iter().map(|w| w.2.max(0)).collect();
+    // A random first permit per claim spreads concurrent claimers over the permit space. The
+    // permits are generated in the select list, so they are produced one at a time and the
+    // LIMIT stops them: `generate_series` in FROM would materialise all `lim` of them per task
+    // (a task with limit 1000 cost 80 µs per claim that way).
+    let offsets: Vec<i32> = want
+        .iter()
+        .map(|w| i32::try_from(rand::random::<u32>() % w.2.max(1).unsigned_abs()).unwrap_or(0))
+        .collect();
+    let ids: Vec<Uuid> = chosen.iter().map(|c| c.id).collect();
+    // How many rows of each task may be taken (window order for queue tasks, in this fresh
+    // snapshot), then that many free permits each. CASE fixes the order of the checks: a
+    // permit held by a committed row is never locked in passing.
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "with m as ( \
+             select i.id, i.task_id, i.available_at, i.scheduled_at from task_instance i \
+             where i.id = any($1) and {PENDING_BY_ID} \
+         ), gated as ( \
+             select m.task_id, count(*)::int as n from m join tasks t on t.id = m.task_id \
+             where {IN_ORDER_SQL} group by m.task_id \
+         ) \
+         select c.task_id, p.slot \
+         from unnest($2::text[], $3::int[], $4::int[], $5::int[]) as c(task_id, want, lim, off) \
+         join gated g on g.task_id = c.task_id \
+         cross join lateral ( \
+             select (x.n + c.off) % c.lim as slot \
+             from (select generate_series(0, c.lim - 1) as n) as x \
+             where case when exists (select 1 from task_instance r \
+                                     where r.task_id = c.task_id and r.status = 'RUNNING' \
+                                       and r.run_slot = (x.n + c.off) % c.lim) \
+                        then false \
+                        else pg_try_advisory_xact_lock(hashtext(c.task_id), (x.n + c.off) % c.lim) \
+                   end \
+             limit least(c.want, g.n) \
+         ) p"
+    )))
+    .bind(&ids)
+    .bind(&tasks)
+    .bind(&counts)
+    .bind(&lims)
+    .bind(&offsets)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(crate::store::Error::from)
+}
+
+/// Step 3a, in a fresh snapshot (it sees every claim committed before the permits were
+/// reserved): per chosen task, whether it may still be claimed from (not paused, not deleted,
+/// the scope's dispatch mode), its limit, its RUNNING count where permits alone cannot bound
+/// the claim, and which of the reserved permits no committed RUNNING row holds. Each task is
+/// one primary-key lookup and its own permits, so the cost grows with the claim, never with
+/// the table, whatever the statistics say.
+#[derive(sqlx::FromRow)]
+struct Recheck {
+    task_id: String,
+    claimable: bool,
+    lim: i32,
+    /// The task's RUNNING count when some RUNNING row holds a permit at or past `lim` (the
+    /// limit was lowered, or another replica caps pushes higher); otherwise 0. Below the
+    /// limit the free permits bound a claim by themselves: the permits are 0..lim-1, each
+    /// held by at most one RUNNING row, so the free ones number at most `lim - running`.
+    /// Counting every claim cost more than the rest of this step: during a drain a task's
+    /// run-slot entries are mostly those of just-finished rows, each read in the heap.
+    running: i64,
+    /// Reserved permits still free and below `lim` (it may have been lowered since the
+    /// permits were reserved), ascending.
+    free: Vec<i32>,
+    timeout: i64,
+    push_lease: i64,
+}
+
+impl Recheck {
+    /// The task's view for [`grant`].
+    fn room(&self) -> TaskRoom<'_> {
+        TaskRoom {
+            claimable: self.claimable,
+            room: i64::from(self.lim) - self.running,
+            free: &self.free,
+        }
+    }
+}
+
+async fn recheck(
+    conn: &mut PgConnection,
+    scope: ClaimScope<'_>,
+    permits: &[(String, i32)],
+) -> Result<Vec<Recheck>> {
+    let tasks: Vec<&str> = permits.iter().map(|p| p.0.as_str()).collect();
+    let slots: Vec<i32> = permits.iter().map(|p| p.1).collect();
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select c.task_id, coalesce(t.claimable, false) as claimable, coalesce(t.lim, 0) as lim, \
+             coalesce(t.timeout, 0) as timeout, coalesce(t.push_lease, 0) as push_lease, \
+             case when exists (select 1 from task_instance r \
+                               where r.task_id = c.task_id and r.status = 'RUNNING' \
+                                 and r.run_slot >= coalesce(t.lim, 0)) \
+                  then (select count(*) from task_instance r \
+                        where r.task_id = c.task_id and r.status = 'RUNNING') \
+                  else 0 end as running, \
+             array(select s from unnest(c.slots) as s \
+                   where s < coalesce(t.lim, 0) and not exists (select 1 from task_instance r where r.task_id = c.task_id \
+                                     and r.status = 'RUNNING' and r.run_slot = s) \
+                   order by s) as free \
+         from (select task_id, array_agg(slot) as slots \
+               from unnest($1::text[], $2::int[]) as p(task_id, slot) group by task_id) as c \
+         left join lateral ( \
+             select not t.paused and t.dispatch_mode = $3 as claimable, \
+                 least({TASK_LIMIT_SQL}, $4) as lim, {TASK_TIMEOUT_SQL} as timeout, \
+                 least(coalesce((t.spec->'dispatch'->>'timeout_seconds')::bigint, \
+                     {DEFAULT_DISPATCH_TIMEOUT_SECONDS}), {TASK_TIMEOUT_SQL}) \
+                     + {PUSH_LEASE_MARGIN_SECONDS} as push_lease \
+             from tasks t where t.id = c.task_id offset 0 \
+         ) t on true"
+    )))
+    .bind(&tasks)
+    .bind(&slots)
+    .bind(scope.mode())
+    .bind(scope.cap())
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(crate::store::Error::from)
+}
+
+/// What [`grant`] needs of a chosen task, read in the fresh snapshot.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TaskRoom<'a> {
+    /// Not paused, not deleted, of the claim's dispatch mode.
+    pub claimable: bool,
+    /// `limit - running`.
+    pub room: i64,
+    /// Reserved permits no committed RUNNING row holds, ascending.
+    pub free: &'a [i32],
+}
+
+/// One row to claim: chosen row `id` of `task` under permit `slot` for taker `taker`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Grant<'a, Id> {
+    pub id: Id,
+    pub task: &'a str,
+    pub slot: i32,
+    pub taker: usize,
+}
+
+/// Pair each task's chosen rows (in claim order, so oldest first within the task) with its
+/// free permits (ascending), never past its room: the first rows of a task get the permits,
+/// so window order holds for queue tasks. Row `n` goes to taker `dealt[n]`.
+pub(crate) fn grant<'a, Id: Clone>(
+    chosen: &[(Id, &'a str)],
+    dealt: &[usize],
+    tasks: &std::collections::HashMap<&str, TaskRoom<'_>>,
+) -> Vec<Grant<'a, Id>> {
+    let mut used: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for ((id, task), &taker) in chosen.iter().zip(dealt) {
+        let Some(t) = tasks.get(task).filter(|t| t.claimable) else {
+            continue;
+        };
+        let n = used.entry(task).or_insert(0);
+        if i64::try_from(*n).unwrap_or(i64::MAX) >= t.room {
+            continue;
+        }
+        if let Some(&slot) = t.free.get(*n) {
+            *n += 1;
+            out.push(Grant {
+                id: id.clone(),
+                task,
+                slot,
+                taker,
+            });
+        }
+    }
+    out
+}
+
+/// Step 3: with the reserved permits, claim the chosen rows of each task (oldest first), one
+/// per permit still free in a fresh snapshot, never past `limit - running` ([`grant`]).
+/// Window order for queue tasks needs no second look: rows that pass the order check are the
+/// oldest of the claim's rows of their task, and step 2 reserved no more permits than there
+/// are such rows. Chosen row `n` is claimed for taker `dealt[n]` (its worker, lease and
+/// actor). The claim event lives on the row (`claimed_by`). Returns the claimed rows with
+/// their taker.
+pub(super) async fn take(
+    conn: &mut PgConnection,
+    scope: ClaimScope<'_>,
+    chosen: &[Chosen],
+    dealt: &[usize],
+    takers: &[Taker<'_>],
+    permits: &[(String, i32)],
+) -> Result<Vec<(usize, ClaimedRow)>> {
+    if permits.is_empty() {
+        return Ok(Vec::new());
+    }
+    let checked = recheck(conn, scope, permits).await?;
+    let by_task: std::collections::HashMap<&str, &Recheck> =
+        checked.iter().map(|r| (r.task_id.as_str(), r)).collect();
+    let rooms = by_task.iter().map(|(t, r)| (*t, r.room())).collect();
+    let rows: Vec<(Uuid, &str)> = chosen.iter().map(|c| (c.id, c.task_id.as_str())).collect();
+    let grants = grant(&rows, dealt, &rooms);
+    let (grants, started_at) = admit_within_limits(conn, chosen, grants).await?;
+    let mut ids = Vec::with_capacity(grants.len());
+    let mut slots = Vec::with_capacity(grants.len());
+    let mut taker_of = Vec::with_capacity(grants.len());
+    let mut leases = Vec::with_capacity(grants.len());
+    let mut timeouts = Vec::with_capacity(grants.len());
+    let mut workers = Vec::with_capacity(grants.len());
+    let mut actors = Vec::with_capacity(grants.len());
+    for g in &grants {
+        let (Some(task), Some(t)) = (by_task.get(g.task), takers.get(g.taker)) else {
+            continue;
+        };
+        ids.push(g.id);
+        slots.push(g.slot);
+        taker_of.push(i32::try_from(g.taker).unwrap_or(i32::MAX));
+        leases.push(t.lease_seconds.unwrap_or(task.push_lease as f64));
+        timeouts.push(task.timeout as f64);
+        workers.push(t.worker_id);
+        actors.push(t.actor);
+    }
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "with g as ( \
+             select * from unnest($1::uuid[], $2::int[], $3::int[], $4::float8[], $5::float8[], \
+                 $6::text[], $7::text[]) as g(id, slot, taker, lease, timeout, worker, actor) \
+         ), upd as ( \
+             update task_instance i set status = 'RUNNING', lease_token = gen_random_uuid(), \
+                 lease_expires_at = clock_timestamp() + make_interval(secs => g.lease), \
+                 deadline_at = clock_timestamp() + make_interval(secs => g.timeout), \
+                 worker_id = g.worker, started_at = coalesce($8, now()), updated_at = now(), \
+                 claimed_by = g.actor, run_slot = g.slot \
+             from g where i.id = g.id and {PENDING_BY_ID} \
+             returning i.*, g.taker, g.timeout \
+         ) \
+         select {INSTANCE_COLUMNS}, taker, lease_token, \
+             t.context || coalesce(context_override, '{{}}'::jsonb) as context, \
+             t.dispatch, timeout::bigint as timeout_seconds \
+         from upd cross join lateral ( \
+             select coalesce(t.spec->'context', '{{}}'::jsonb) as context, \
+                 t.spec->'dispatch' as dispatch \
+             from tasks t where t.id = upd.task_id offset 0 \
+         ) t \
+         order by priority, available_at, scheduled_at, id"
+    );
+    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(&ids)
+        .bind(&slots)
+        .bind(&taker_of)
+        .bind(&leases)
+        .bind(&timeouts)
+        .bind(&workers)
+        .bind(&actors)
+        .bind(started_at)
+        .fetch_all(&mut *conn)
+        .await
+        .map(|rows: Vec<TakenRow>| {
+            rows.into_iter()
+                .map(|r| (usize::try_from(r.taker).unwrap_or(usize::MAX), r.row))
+                .collect()
+        })
+        .map_err(crate::store::Error::from)
+}
+
+/// Step 3b, for granted rows that draw on shared limits: lock their budgets (in one order,
+/// waiting: admissions of a budget are serialised across replicas), read them afresh, and admit
+/// the rows in claim order while every budget they draw on has room ([`admit_all`]); the rest
+/// stay PENDING. The admitted rows' units and the rate budgets' new arrival times are written in
+/// this transaction, so they count from the commit that makes the rows RUNNING. Returns the
+/// admitted grants and, when limits were checked, the instant the starts are recorded at (the
+/// instant the rates were tested at).
+async fn admit_within_limits<'a>(
+    conn: &mut PgConnection,
+    chosen: &[Chosen],
+    grants: Vec<Grant<'a, Uuid>>,
+) -> Result<(Vec<Grant<'a, Uuid>>, Option<DateTime<Utc>>)> {
+    let draws_of: std::collections::HashMap<Uuid, &Vec<RenderedDraw>> = chosen
+        .iter()
+        .filter_map(|c| c.draws.as_ref().map(|d| (c.id, d)))
+        .collect();
+    let drawn: Vec<(String, String)> = grants
+        .iter()
+        .filter_map(|g| draws_of.get(&g.id))
+        .flat_map(|d| d.iter().map(|d| (d.name.clone(), d.key.clone())))
+        .collect();
+    if drawn.is_empty() {
+        return Ok((grants, None));
+    }
+    let mut budgets = crate::store::limits::read_budgets(conn, &drawn, true).await?;
+    let mut units: Vec<(Uuid, String, String, i64)> = Vec::new();
+    let mut touched: std::collections::BTreeSet<usize> = std::collections::BTreeSet::new();
+    let mut admitted = Vec::with_capacity(grants.len());
+    let mut refused = 0usize;
+    for g in grants {
+        let Some(draws) = draws_of.get(&g.id) else {
+            admitted.push(g);
+            continue;
+        };
+        let idx = budgets.indexes(draws);
+        if !admit_all(&mut budgets.list, &idx) {
+            refused += 1;
+            continue;
+        }
+        for &(b, cost) in &idx {
+            touched.insert(b);
+            let concurrency = budgets
+                .list
+                .get(b)
+                .is_some_and(|b| b.spec.concurrency.is_some());
+            if let (true, Some((name, key))) = (concurrency, budgets.ids.get(b)) {
+                units.push((g.id, name.clone(), key.clone(), cost));
+            }
+        }
+        admitted.push(g);
+    }
+    if refused > 0 {
+        tracing::debug!(
+            refused,
+            "claim: rows passed over, their shared limits have no room"
+        );
+    }
+    // The new arrival time of every rate budget a start was admitted on.
+    let tats: Vec<(String, String, DateTime<Utc>)> = touched
+        .iter()
+        .filter_map(|&b| {
+            let budget = budgets.list.get(b)?;
+            let tat = budget.spec.rate.and(budget.tat)?;
+            let (name, key) = budgets.ids.get(b)?;
+            Some((
+                name.clone(),
+                key.clone(),
+                crate::domain::limit::instant(tat),
+            ))
+        })
+        .collect();
+    crate::store::limits::store_tats(conn, &tats).await?;
+    crate::store::limits::insert_units(conn, &units).await?;
+    Ok((admitted, Some(budgets.now)))
+}
+
+#[derive(sqlx::FromRow)]
+struct TakenRow {
+    taker: i32,
+    #[sqlx(flatten)]
+    row: ClaimedRow,
+}
