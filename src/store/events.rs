@@ -1,7 +1,7 @@
 //! An instance's history: the `instance_history` view over the `instance_events` rows and the
 //! happy-path transitions recorded on the instance row itself (creation, the current claim, the
-//! success; see migration 2). Rows are written by the statements that make the transitions;
-//! this file only reads them.
+//! success; see `migrations/20261201000001_hot_path.sql`). Rows are written by the statements
+//! that make the transitions; this file only reads them.
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;

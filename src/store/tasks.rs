@@ -1,5 +1,6 @@
 //! The `tasks` table (the registry and pause state) and `task_cursor`, the trigger loop's
-//! `next_fire_at` cursor (one narrow row per task, migration 5).
+//! `next_fire_at` cursor (one narrow row per task,
+//! `migrations/20261201000005_task_cursor.sql`).
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -283,7 +284,7 @@ pub async fn upsert_task(
                     spec.id
                 )));
             }
-            // The insert created the cursor row (migration 5's trigger).
+            // The insert created the cursor row (the trigger of `20261201000005_task_cursor.sql`).
             set_next_fire_at(
                 &mut tx,
                 spec.id.as_str(),

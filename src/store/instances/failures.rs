@@ -106,7 +106,8 @@ pub(super) const RUNNING_ATTEMPT_COLUMNS: &str = "i.id, i.task_id, i.window_key,
 
 /// Lock up to `limit` RUNNING instances whose lease expired or whose run passed its deadline,
 /// skipping rows another replica's reaper holds. (`lease_expires_at is not null` holds for
-/// every RUNNING row; it is spelled out because the expiry index requires it: migration 4.)
+/// every RUNNING row; it is spelled out because the expiry index of
+/// `migrations/20261201000004_one_index_per_lookup.sql` requires it.)
 pub async fn lock_expired(conn: &mut PgConnection, limit: i64) -> Result<Vec<RunningAttempt>> {
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "select {RUNNING_ATTEMPT_COLUMNS}, \
