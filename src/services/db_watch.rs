@@ -82,7 +82,7 @@ impl DbWatch {
                 if let Some((outage, _)) = self.health.unreachable() {
                     // Recorded before the replica counts the database as back: the reaper, which
                     // waits for that, then finds the outage when it looks at expired leases.
-                    if let Err(e) = self.record_outage(outage).await {
+                    if let Err(e) = store::health::record_outage(&self.pool, &self.node_id, outage).await {
                         tracing::error!(error = %super::error_chain(&e), "could not record the outage; probing again");
                         return false;
                     }
@@ -97,21 +97,6 @@ impl DbWatch {
                 true
             }
         }
-    }
-
-    /// Record the span the database was unreachable from this replica, by the database clock.
-    async fn record_outage(&self, outage: Duration) -> store::Result<()> {
-        let mut tx = store::begin(&self.pool).await?;
-        sqlx::query(
-            "insert into db_unreachable (node_id, started_at, ended_at) \
-             values ($1, now() - make_interval(secs => $2), now())",
-        )
-        .bind(&self.node_id)
-        .bind(outage.as_secs_f64())
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
     }
 
     pub async fn run(self, shutdown: CancellationToken) {

@@ -151,6 +151,27 @@ pub async fn bounded<T>(
     }
 }
 
+/// Record that the database was unreachable from replica `node_id` for the `outage` that just
+/// ended, by the database clock (`db_unreachable`): the reaper does not charge leases that
+/// expired during it to their agents.
+pub async fn record_outage(
+    pool: &sqlx::PgPool,
+    node_id: &str,
+    outage: Duration,
+) -> super::Result<()> {
+    let mut tx = super::begin(pool).await?;
+    sqlx::query(
+        "insert into db_unreachable (node_id, started_at, ended_at) \
+         values ($1, now() - make_interval(secs => $2), now())",
+    )
+    .bind(node_id)
+    .bind(outage.as_secs_f64())
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
