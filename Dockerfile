@@ -3,13 +3,15 @@
 FROM rust:1.95-bookworm AS builder
 WORKDIR /src
 # Everything the build embeds: sqlx::migrate! reads ./migrations and include_str! reads
-# openapi.yaml at compile time.
+# openapi.yaml at compile time. Of the workspace's other member, the benchmark, cargo reads only
+# the manifest here: the daemon alone is built.
 COPY Cargo.toml Cargo.lock ./
+COPY bench/Cargo.toml ./bench/
 COPY src ./src
 COPY migrations ./migrations
 COPY openapi.yaml ./
 COPY config ./config
-RUN cargo build --release --locked --bin kairos
+RUN cargo build --release --locked -p kairos --bin kairos
 
 FROM debian:bookworm-slim
 RUN apt-get update \

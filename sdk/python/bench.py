@@ -1,6 +1,6 @@
 """Drain benchmark: Worker processes drain N no-op instances with batch completions.
 
-The shape is kairos-bench's claim scenario (``src/bin/kairos-bench.rs``, ``claim_complete``):
+The shape is kairos-bench's claim scenario (``bench/src/claim.rs``, ``claim_complete``):
 N PENDING instances spread over T manual tasks (concurrency_limit 1000, no retries) of one
 agent, inserted directly, a fresh database and a fresh ``kairos serve`` (the release build,
 ``KAIROS_DATABASE_MAX_CONNECTIONS=24``, open mode), and A agents, each claiming up to 100 at a
