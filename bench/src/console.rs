@@ -26,7 +26,8 @@ pub async fn console_pages(base: &str, args: &Args) -> Result<Vec<Row>> {
     let seeded_in = if have < n {
         let started = Instant::now();
         sqlx::query(
-            "truncate tasks, task_instance, instance_events, console_gauges, console_minutes",
+            "truncate tasks, task_cursor, task_instance, instance_events, console_gauges, \
+             console_minutes",
         )
         .execute(&db.pool)
         .await?;
