@@ -82,7 +82,9 @@ impl DbWatch {
                 if let Some((outage, _)) = self.health.unreachable() {
                     // Recorded before the replica counts the database as back: the reaper, which
                     // waits for that, then finds the outage when it looks at expired leases.
-                    if let Err(e) = store::health::record_outage(&self.pool, &self.node_id, outage).await {
+                    if let Err(e) =
+                        store::health::record_outage(&self.pool, &self.node_id, outage).await
+                    {
                         tracing::error!(error = %super::error_chain(&e), "could not record the outage; probing again");
                         return false;
                     }
