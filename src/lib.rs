@@ -6,6 +6,8 @@
 
 /// Wires everything together: pool, migrations, HTTP server, background loops, shutdown order.
 pub mod app;
+/// Actors that gather callers' requests into shared transactions: group commits and claim rounds.
+pub mod batching;
 /// The operators' command line: a REST client of a running daemon (`kairos task`, `kairos instance`).
 pub mod cli;
 /// Typed settings from `config/kairos.toml`, `KAIROS_*` variables and `DATABASE_URL`.

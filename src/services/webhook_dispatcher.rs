@@ -47,7 +47,7 @@ use super::{Heartbeats, error_backoff, error_chain};
 use crate::domain::task::Dispatch;
 use crate::otel::{Attr, SpanKind, Spans, names};
 use crate::outbound;
-use crate::store::group_commit::GroupCommit;
+use crate::batching::group_commit::GroupCommit;
 use crate::store::{self, claim, instances, parse_work_payload};
 
 pub const LOOP_NAME: &str = "webhook_dispatcher";

@@ -1,18 +1,17 @@
 //! The only place with SQL. One file per table, plus `claim` (the claim path over
 //! `task_instance` and `tasks`), `circuit` (circuit breakers, opened where failures are
-//! recorded), `group_commit` (single calls sharing transactions) and `connect` (the pools and
-//! LISTEN connections over one or several hosts, following a failover);
-//! functions are `verb_object(conn, params)` and return domain types. Functions that must compose into one transaction take a
-//! `&mut PgConnection`; the rest take the pool.
+//! recorded) and `connect` (the pools and LISTEN connections over one or several hosts,
+//! following a failover); functions are `verb_object(conn, params)` and return domain types.
+//! Functions that must compose into one transaction take a `&mut PgConnection`; the rest take
+//! the pool. The actors that share transactions among callers (group commits, claim rounds)
+//! live in the batching layer above this one (`src/batching/`): nothing here uses them.
 
 pub mod circuit;
 pub mod claim;
 pub mod claim_answers;
-pub mod claim_rounds;
 pub mod connect;
 pub mod console;
 pub mod events;
-pub mod group_commit;
 pub mod health;
 pub mod instances;
 pub mod limits;

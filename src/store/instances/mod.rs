@@ -56,10 +56,8 @@ pub use failures::{
 pub(in crate::store) use give_back::record_throttled;
 pub use give_back::{GivenBack, Throttled, give_back};
 pub use lease::{Completion, FailureReport, LeaseExtension, queued_work_sql};
-pub(in crate::store) use lease::{
-    Report, Written, answer_each, complete_in, fail_in, heartbeat_in,
-};
-pub(in crate::store) use locks::lock_lease_rows;
+pub(crate) use lease::{Report, Written, answer_each, complete_in, fail_in, heartbeat_in};
+pub(crate) use locks::lock_lease_rows;
 pub use operator::{operator_cancel, operator_retry};
 pub(in crate::store) use read::{INSTANCE_COLUMNS, InstanceRow};
 pub use read::{InstanceFilter, agents_of, get_instance, get_instance_by_window, list_instances};
