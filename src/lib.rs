@@ -27,7 +27,7 @@ pub mod problem;
 pub mod route_table;
 /// The daemon's one router: the API and the console side by side, behind the API's middleware.
 pub mod router;
-/// Background loops, one file each (trigger loop, ...).
+/// Background loops, one module each (trigger loop, ...).
 pub mod services;
 /// What request handlers share, API and console alike (`AppState`).
 pub mod state;
