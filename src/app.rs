@@ -12,6 +12,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::batching::claim_rounds::{self, ClaimRounds};
+use crate::batching::group_commit::{self, GroupCommit};
 use crate::config::Config;
 use crate::domain::access::Tokens;
 use crate::http;
@@ -32,8 +34,6 @@ use crate::services::work_signal::WorkSignal;
 use crate::state::{AppState, ClaimSettings};
 use crate::store;
 use crate::store::DbSettings;
-use crate::store::claim_rounds::{self, ClaimRounds};
-use crate::store::group_commit::{self, GroupCommit};
 use crate::store::health::DbHealth;
 
 /// What to run in one process.

@@ -6,6 +6,8 @@
 
 /// Wires everything together: pool, migrations, HTTP server, background loops, shutdown order.
 pub mod app;
+/// Actors that gather callers' requests into shared transactions: group commits and claim rounds.
+pub mod batching;
 /// The operators' command line: a REST client of a running daemon (`kairos task`, `kairos instance`).
 pub mod cli;
 /// Typed settings from `config/kairos.toml`, `KAIROS_*` variables and `DATABASE_URL`.
@@ -25,7 +27,7 @@ pub mod problem;
 pub mod route_table;
 /// The daemon's one router: the API and the console side by side, behind the API's middleware.
 pub mod router;
-/// Background loops, one file each (trigger loop, ...).
+/// Background loops, one module each (trigger loop, ...).
 pub mod services;
 /// What request handlers share, API and console alike (`AppState`).
 pub mod state;

@@ -59,9 +59,9 @@ pub struct AppState {
     /// Where webhook and notification URLs may point.
     pub outbound: crate::outbound::Policy,
     /// Single complete, fail and heartbeat calls share transactions through it.
-    pub group: crate::store::group_commit::GroupCommit,
+    pub group: crate::batching::group_commit::GroupCommit,
     /// Concurrent claims of one agent share one claim transaction through it.
-    pub claim_rounds: crate::store::claim_rounds::ClaimRounds,
+    pub claim_rounds: crate::batching::claim_rounds::ClaimRounds,
     /// One permit per long poll allowed to wait (`claim_max_waiters`).
     pub claim_waiters: Arc<tokio::sync::Semaphore>,
     /// How long a request may take (`http_request_timeout_seconds`); long polls get their

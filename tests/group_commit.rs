@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{TestApp, backlog, claim, json};
-use kairos::store::group_commit::GroupCommit;
+use kairos::batching::group_commit::GroupCommit;
 use kairos::store::instances::{Completion, FailureReport, LeaseExtension};
 use serde_json::{Value, json};
 use sqlx::PgPool;

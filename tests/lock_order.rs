@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{TestApp, claim, eventually, json};
-use kairos::store::group_commit::GroupCommit;
+use kairos::batching::group_commit::GroupCommit;
 use kairos::store::instances::{
     Completion, FailureReport, LeaseExtension, ReportedBy, lock_expired, record_failures,
 };

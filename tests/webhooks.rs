@@ -170,7 +170,7 @@ fn dispatcher_with(pool: &PgPool, app: &TestApp, policy: Policy) -> WebhookDispa
         pool.clone(),
         WebhookDispatcherConfig::new("d1", format!("http://{}", app.addr)),
         Heartbeats::default(),
-        kairos::store::group_commit::GroupCommit::start(pool.clone(), 1, 64),
+        kairos::batching::group_commit::GroupCommit::start(pool.clone(), 1, 64),
         outbound::Client::new(policy).expect("outbound client"),
     )
 }

@@ -1,4 +1,4 @@
-//! Background loops, one file each. Every loop has a `…Config`, a `run(self, shutdown)` that
+//! Background loops, one module each. Every loop has a `…Config`, a `run(self, shutdown)` that
 //! survives database errors with backoff, and a public `run_once` that tests drive directly.
 
 pub mod db_watch;

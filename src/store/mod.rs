@@ -1,35 +1,36 @@
 //! The only place with SQL. One file per table, plus `claim` (the claim path over
 //! `task_instance` and `tasks`), `circuit` (circuit breakers, opened where failures are
-//! recorded), `group_commit` (single calls sharing transactions) and `connect` (the pools and
-//! LISTEN connections over one or several hosts, following a failover);
-//! functions are `verb_object(conn, params)` and return domain types. Functions that must compose into one transaction take a
-//! `&mut PgConnection`; the rest take the pool.
+//! recorded) and `connect` (the pools and LISTEN connections over one or several hosts,
+//! following a failover); functions are `verb_object(conn, params)` and return domain types.
+//! Functions that must compose into one transaction take a `&mut PgConnection`; the rest take
+//! the pool. The actors that share transactions among callers (group commits, claim rounds)
+//! live in the batching layer above this one (`src/batching/`): nothing here uses them.
 
 pub mod circuit;
 pub mod claim;
 pub mod claim_answers;
-pub mod claim_rounds;
 pub mod connect;
 pub mod console;
 pub mod events;
-pub mod group_commit;
 pub mod health;
 pub mod instances;
 pub mod limits;
+pub mod migrations;
 pub mod outbox;
+pub mod pool;
 pub mod tasks;
 pub mod waiting;
 
-use sqlx::postgres::PgPoolOptions;
-use sqlx::{Executor, PgConnection, PgPool};
+use sqlx::{PgConnection, PgPool};
 
 use crate::domain::instance::{Event, InstanceStatus, legal_sources};
 
 pub use connect::connect;
-
-/// Embedded migrations. sqlx takes a PostgreSQL advisory lock while applying them, so several
-/// replicas starting at once apply each migration exactly once.
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+pub use migrations::{
+    MIGRATOR, migrate, migration_lock_key, migrations_applied, missing_migrations,
+};
+pub use pool::{DbSettings, hands_out_transactions, listen_pool, listener, pgbouncer_begin};
+pub(crate) use pool::{pgbouncer_options, pgbouncer_pool};
 
 /// The channel a task change is announced on, waking every replica's trigger loop.
 pub const TASKS_CHANNEL: &str = "kairos_tasks";
@@ -379,145 +380,6 @@ pub fn data_exception(e: &sqlx::Error) -> Option<crate::domain::task::FieldError
     ))
 }
 
-/// How this process talks to its database: the bounds that turn a database that went away, or a
-/// connection that went silent, into an error within seconds instead of the kernel's 15 minutes.
-#[derive(Debug, Clone)]
-pub struct DbSettings {
-    /// Longest wait for a pooled connection (and so for an answer while the database is
-    /// unreachable): `database_unavailable_answer_ms` for the API's pool.
-    pub acquire_timeout: std::time::Duration,
-    /// `statement_timeout`, `lock_timeout` and `idle_in_transaction_session_timeout` of every
-    /// session (0 leaves the server's setting).
-    pub statement_timeout_ms: u64,
-    pub lock_timeout_ms: u64,
-    pub idle_in_transaction_timeout_ms: u64,
-    /// The server's TCP keepalive idle time and probe interval for the session (three probes),
-    /// and `tcp_user_timeout` of four times it: the server drops a silent client (and the locks
-    /// its transaction held) within seconds. 0 leaves the server's settings.
-    pub keepalive_seconds: u64,
-    /// Bound of the ping that checks a returned connection while the database is in doubt.
-    pub ping_timeout: std::time::Duration,
-    /// What stands between this process and PostgreSQL (`database_pooler`): with PgBouncer
-    /// the pool runs every statement in a transaction of its own making ([`connect`]).
-    pub pooler: crate::config::DatabasePooler,
-}
-
-impl Default for DbSettings {
-    fn default() -> Self {
-        Self::from_config(&crate::config::Config::default())
-    }
-}
-
-impl DbSettings {
-    pub fn from_config(cfg: &crate::config::Config) -> Self {
-        Self {
-            acquire_timeout: std::time::Duration::from_millis(cfg.database_unavailable_answer_ms),
-            statement_timeout_ms: cfg.db_statement_timeout_ms,
-            lock_timeout_ms: cfg.db_lock_timeout_ms,
-            idle_in_transaction_timeout_ms: cfg.db_idle_in_transaction_timeout_ms,
-            keepalive_seconds: cfg.db_keepalive_seconds,
-            ping_timeout: std::time::Duration::from_millis(cfg.database_unavailable_answer_ms),
-            pooler: cfg.database_pooler,
-        }
-    }
-
-    /// The same bounds on a connection straight to PostgreSQL (LISTEN, migrations).
-    pub fn direct(&self) -> Self {
-        Self {
-            pooler: crate::config::DatabasePooler::None,
-            ..self.clone()
-        }
-    }
-
-    /// No session bounds (migrations: an index build may take long), the same acquire bound.
-    pub fn unbounded(&self) -> Self {
-        Self {
-            statement_timeout_ms: 0,
-            lock_timeout_ms: 0,
-            idle_in_transaction_timeout_ms: 0,
-            ..self.clone()
-        }
-    }
-
-    /// The session settings sent at connection start (`options=-c …`), in order.
-    pub fn session_options(&self) -> Vec<(&'static str, String)> {
-        let mut out = Vec::new();
-        for (name, ms) in [
-            ("statement_timeout", self.statement_timeout_ms),
-            ("lock_timeout", self.lock_timeout_ms),
-            (
-                "idle_in_transaction_session_timeout",
-                self.idle_in_transaction_timeout_ms,
-            ),
-        ] {
-            if ms > 0 {
-                out.push((name, ms.to_string()));
-            }
-        }
-        if self.keepalive_seconds > 0 {
-            let k = self.keepalive_seconds;
-            out.push(("tcp_keepalives_idle", k.to_string()));
-            out.push(("tcp_keepalives_interval", k.to_string()));
-            out.push(("tcp_keepalives_count", "3".to_owned()));
-            out.push(("tcp_user_timeout", (k * 4 * 1000).to_string()));
-        }
-        out
-    }
-}
-
-/// The startup packet stock PgBouncer accepts: it refuses every parameter it does not track
-/// (`unsupported startup parameter`), which rules out `options` (the session bounds go into
-/// each transaction instead, [`pgbouncer_begin`]) and sqlx's `extra_float_digits` (PostgreSQL
-/// 12 and later send floats exactly without it). sqlx's own `DateStyle`, `client_encoding`,
-/// `TimeZone` and `application_name` are tracked and pass. No statement is cached: a named
-/// statement lives on one server connection, which the next transaction may not get.
-pub(crate) fn pgbouncer_options(
-    options: sqlx::postgres::PgConnectOptions,
-) -> sqlx::postgres::PgConnectOptions {
-    options.extra_float_digits(None).statement_cache_capacity(0)
-}
-
-/// The `BEGIN` a PgBouncer pool hands each connection out in, with the session's bounds as
-/// `set local`: the transaction's end takes them away with it, and they reach whichever server
-/// connection runs it.
-///
-/// sqlx sends every statement with parameters as Parse/Describe/Sync, then Bind/Execute/Sync.
-/// Outside a transaction PgBouncer may give the two halves different server connections, and
-/// the Bind would meet another client's statement or none. Inside one, the server connection
-/// stays this client's until the transaction ends: a statement on the pool itself runs in this
-/// transaction, and [`begin`], [`begin_hot`] and [`begin_hot_shared`] continue it instead of
-/// sending a `BEGIN` of their own; its `commit` ends it.
-///
-/// Even with no statement cache, sqlx names each statement `sqlx_s_<n>`, counting per client
-/// connection, and never closes it: `deallocate all` first clears what an earlier client left
-/// on the server connection, so the names cannot collide.
-pub fn pgbouncer_begin(settings: &DbSettings) -> String {
-    let mut out = format!("begin; deallocate all; set local {POOLED_MARK} = 'on'");
-    for (name, ms) in [
-        ("statement_timeout", settings.statement_timeout_ms),
-        ("lock_timeout", settings.lock_timeout_ms),
-        (
-            "idle_in_transaction_session_timeout",
-            settings.idle_in_transaction_timeout_ms,
-        ),
-    ] {
-        if ms > 0 {
-            out.push_str(&format!("; set local {name} = {ms}"));
-        }
-    }
-    out
-}
-
-/// The setting [`pgbouncer_begin`] marks its transaction with: `on` until it ends.
-const POOLED_MARK: &str = "kairos.pooled_transaction";
-
-/// Whether `pool` was connected for PgBouncer by [`connect`], and so hands its connections out
-/// inside a transaction ([`pgbouncer_begin`]). Such a pool, and only such a pool, does not ping
-/// a connection before handing it out: the `BEGIN` answers for it.
-pub fn hands_out_transactions(pool: &PgPool) -> bool {
-    !pool.options().get_test_before_acquire()
-}
-
 /// The `BEGIN` statement `sql` (`"begin; …"`) for `pool`: as it is, or through PgBouncer
 /// without its `begin` (the connection is in a transaction already, [`pgbouncer_begin`]). A
 /// second `BEGIN` would only cost a warning in the server's log, every transaction.
@@ -528,106 +390,6 @@ fn begin_sql(pool: &PgPool, sql: &'static str) -> &'static str {
     }
 }
 
-/// After a connection is released, end the transaction it was handed out in, if a caller's own
-/// transaction did not end it already: a `commit` with none in progress would cost a warning in
-/// the server's log. Asked with the simple protocol (one message, one server connection). A
-/// transaction a failed statement aborted refuses the question, and is rolled back.
-async fn pgbouncer_end(
-    conn: &mut PgConnection,
-    bound: std::time::Duration,
-) -> Result<bool, sqlx::Error> {
-    use sqlx::Row;
-    let ask = format!("select current_setting('{POOLED_MARK}', true)");
-    let open = match bounded(
-        bound,
-        conn.fetch_optional(sqlx::raw_sql(sqlx::AssertSqlSafe(ask))),
-    )
-    .await
-    {
-        Ok(row) => {
-            row.and_then(|r| r.try_get::<Option<String>, _>(0).ok().flatten())
-                .as_deref()
-                == Some("on")
-        }
-        Err(sqlx::Error::Database(_)) => {
-            bounded(bound, conn.execute(sqlx::raw_sql("rollback"))).await?;
-            return Ok(true);
-        }
-        Err(e) => return Err(e),
-    };
-    if open {
-        bounded(bound, conn.execute(sqlx::raw_sql("commit"))).await?;
-    }
-    Ok(true)
-}
-
-/// Send [`pgbouncer_begin`]'s statement `begin` within `bound`.
-async fn pgbouncer_start(
-    conn: &mut PgConnection,
-    begin: &str,
-    bound: std::time::Duration,
-) -> Result<(), sqlx::Error> {
-    let sql = sqlx::raw_sql(sqlx::AssertSqlSafe(begin.to_owned()));
-    bounded(bound, conn.execute(sql)).await.map(|_| ())
-}
-
-pub(crate) fn pgbouncer_pool(pool: PgPoolOptions, settings: &DbSettings) -> PgPoolOptions {
-    let begin: std::sync::Arc<str> = pgbouncer_begin(settings).into();
-    let on_connect = begin.clone();
-    let bound = settings.ping_timeout;
-    pool
-        // The mark of such a pool (`hands_out_transactions`); the `begin` answers for the
-        // connection, as the ping would.
-        .test_before_acquire(false)
-        .after_connect(move |conn, _meta| {
-            let begin = on_connect.clone();
-            Box::pin(async move { pgbouncer_start(conn, &begin, bound).await.map(|_| ()) })
-        })
-        .before_acquire(move |conn, _meta| {
-            let begin = begin.clone();
-            Box::pin(async move { pgbouncer_start(conn, &begin, bound).await.map(|_| true) })
-        })
-        .after_release(move |conn, _meta| Box::pin(pgbouncer_end(conn, bound)))
-}
-
-/// `op` within `bound`, a timeout being the pool's timeout error.
-async fn bounded<T>(
-    bound: std::time::Duration,
-    op: impl std::future::Future<Output = Result<T, sqlx::Error>>,
-) -> Result<T, sqlx::Error> {
-    tokio::time::timeout(bound, op)
-        .await
-        .unwrap_or(Err(sqlx::Error::PoolTimedOut))
-}
-
-/// A pool on `listen_database_url` for the LISTEN connections, which need a session of their
-/// own whatever `database_url` goes through: straight to PostgreSQL, with the session's bounds.
-/// Built like every pool ([`connect()`]), so a URL naming several hosts keeps it on the primary
-/// and moves it on failover; each listener opens its connection in a pool of its own, where
-/// this one's new connections go ([`connect::listen`]), [`crate::config::LISTEN_CONNECTIONS`]
-/// in all.
-pub async fn listen_pool(
-    url: &str,
-    settings: &DbSettings,
-    health: health::DbHealth,
-) -> Result<PgPool, sqlx::Error> {
-    connect(
-        url,
-        crate::config::LISTEN_CONNECTIONS,
-        &settings.direct(),
-        health,
-    )
-    .await
-}
-
-/// A connection listening on `channel`, opened where `pool` (a [`listen_pool`]) connects: the
-/// one place kairos opens a LISTEN ([`connect::listen`]).
-pub async fn listener(
-    pool: &PgPool,
-    channel: &str,
-) -> Result<sqlx::postgres::PgListener, sqlx::Error> {
-    connect::listen(pool, channel).await
-}
 /// Whether a database error is the database being unavailable or this transaction losing a
 /// race, rather than anything wrong with the request: the one place that decides "retry later"
 /// (503 with `Retry-After` over HTTP, the next pass in a loop) or "give up". Connection loss
@@ -654,90 +416,6 @@ fn transient_sqlstate(code: &str) -> bool {
             code,
             "57P01" | "57P02" | "57P03" | "25006" | "40001" | "40P01" | "55P03" | "57014"
         )
-}
-
-/// Apply pending migrations. A database migrated by a newer release (migrations this binary
-/// does not know) is accepted: migrations only expand the schema, so an older replica keeps
-/// working beside the newer one.
-///
-/// Replicas starting at once apply each migration exactly once: they take the migrator's
-/// session advisory lock (the key sqlx's migrator uses, so releases that lock the sqlx way
-/// exclude this one too), but by polling `pg_try_advisory_lock` rather than waiting in
-/// `pg_advisory_lock`. A waiting statement holds a snapshot, and `CREATE INDEX CONCURRENTLY`
-/// (20261203000013_debounce_index.sql) waits for every older snapshot to end: a replica
-/// waiting for the lock while another builds an index concurrently would deadlock with it.
-/// The lock lives on a connection of its own, closed at the end, which releases the lock
-/// whatever happened.
-pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
-    use sqlx::Connection;
-    let mut migrator = sqlx::migrate::Migrator::with_migrations(MIGRATOR.iter().cloned().collect());
-    migrator.set_ignore_missing(true);
-    migrator.set_locking(false);
-    let mut conn = pool.acquire().await?.detach();
-    let database: String = sqlx::query_scalar("select current_database()")
-        .fetch_one(&mut conn)
-        .await?;
-    let key = migration_lock_key(&database);
-    let mut said = false;
-    loop {
-        let got: bool = sqlx::query_scalar("select pg_try_advisory_lock($1)")
-            .bind(key)
-            .fetch_one(&mut conn)
-            .await?;
-        if got {
-            break;
-        }
-        if !said {
-            tracing::info!(
-                database,
-                "another process is applying migrations; waiting for it to finish"
-            );
-            said = true;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-    }
-    let applied = migrator.run(&mut conn).await;
-    let closed = conn.close().await;
-    applied?;
-    closed?;
-    Ok(())
-}
-
-/// The key of the migrator's advisory lock for `database`: sqlx's (a CRC-32 of the name times
-/// a constant), so every release of kairos, whichever way it locks, takes the same lock.
-pub fn migration_lock_key(database: &str) -> i64 {
-    const CRC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
-    0x3d32_ad9e * i64::from(CRC.checksum(database.as_bytes()))
-}
-
-/// The embedded migrations this database has not applied, as `version_description`, oldest
-/// first (all of them when it has none).
-pub async fn missing_migrations(pool: &PgPool) -> Result<Vec<String>> {
-    let exists: bool = sqlx::query_scalar("select to_regclass('_sqlx_migrations') is not null")
-        .fetch_one(pool)
-        .await?;
-    let applied: Vec<i64> = if exists {
-        sqlx::query_scalar("select version from _sqlx_migrations where success")
-            .fetch_all(pool)
-            .await?
-    } else {
-        Vec::new()
-    };
-    Ok(MIGRATOR
-        .iter()
-        .filter(|m| !applied.contains(&m.version))
-        .map(|m| format!("{}_{}", m.version, m.description.replace(' ', "_")))
-        .collect())
-}
-
-/// True when every embedded migration has been applied to this database.
-pub async fn migrations_applied(pool: &PgPool) -> Result<bool> {
-    let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-    let applied: Option<i64> =
-        sqlx::query_scalar("select max(version) from _sqlx_migrations where success")
-            .fetch_one(pool)
-            .await?;
-    Ok(applied.unwrap_or(0) >= latest)
 }
 
 /// The database clock: the one clock for windows, leases and deadlines (openapi.yaml).
@@ -772,7 +450,7 @@ mod tests {
 
     #[test]
     fn through_pgbouncer_transactions_carry_the_mark_and_the_bounds() {
-        assert!(POOLED_CONTINUE.contains(POOLED_MARK));
+        assert!(POOLED_CONTINUE.contains(pool::POOLED_MARK));
         let s = DbSettings {
             statement_timeout_ms: 15_000,
             lock_timeout_ms: 0,
@@ -808,41 +486,6 @@ mod tests {
         }
         assert!(is_transient(&sqlx::Error::PoolTimedOut));
         assert!(!is_transient(&sqlx::Error::RowNotFound));
-    }
-
-    #[test]
-    fn sessions_carry_the_timeouts_and_keepalives_that_are_set() {
-        let s = DbSettings {
-            acquire_timeout: std::time::Duration::from_secs(2),
-            statement_timeout_ms: 15_000,
-            lock_timeout_ms: 0,
-            idle_in_transaction_timeout_ms: 30_000,
-            keepalive_seconds: 5,
-            ping_timeout: std::time::Duration::from_secs(2),
-            pooler: crate::config::DatabasePooler::None,
-        };
-        let names: Vec<String> = s
-            .session_options()
-            .into_iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        assert_eq!(
-            names,
-            [
-                "statement_timeout=15000",
-                "idle_in_transaction_session_timeout=30000",
-                "tcp_keepalives_idle=5",
-                "tcp_keepalives_interval=5",
-                "tcp_keepalives_count=3",
-                "tcp_user_timeout=20000"
-            ]
-        );
-        assert!(
-            s.unbounded()
-                .session_options()
-                .iter()
-                .all(|(k, _)| k.starts_with("tcp"))
-        );
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub struct LeaseExtension {
 
 /// Extend many leases in the caller's transaction, each a compare-and-swap on (id, RUNNING,
 /// lease token). Returns the instances written.
-pub(in crate::store) async fn heartbeat_in(
+pub(crate) async fn heartbeat_in(
     conn: &mut PgConnection,
     items: &[LeaseExtension],
 ) -> Result<Vec<Written>> {
@@ -58,7 +58,7 @@ pub(in crate::store) async fn heartbeat_in(
 /// are answered by (id, token), so a stale holder's call for the same instance in the same
 /// batch never receives the live holder's answer.
 #[derive(Debug, Clone)]
-pub(in crate::store) struct Written {
+pub(crate) struct Written {
     pub(in crate::store) token: Uuid,
     pub(in crate::store) instance: Instance,
 }
@@ -82,7 +82,7 @@ impl TryFrom<WrittenRow> for Written {
 
 /// What a lease holder's call asked for, to explain a compare-and-swap that missed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::store) enum Report {
+pub(crate) enum Report {
     Heartbeat,
     Complete,
     Fail,
@@ -102,7 +102,7 @@ pub struct Completion {
 /// token, or why the compare-and-swap missed ([`explain_miss`]). Never by id alone: a stale
 /// holder's call and the live holder's for one instance can share a batch, and each must get
 /// its own answer (the stale one 409, the live one its write).
-pub(in crate::store) async fn answer_each(
+pub(crate) async fn answer_each(
     pool: &PgPool,
     calls: impl Iterator<Item = (Uuid, Uuid)>,
     report: Report,
@@ -185,7 +185,7 @@ const TASKS_TO_RESET: &str = "select id from tasks where id in (select task_id f
 /// failure counts reset, and the wake-ups of [`queued_work_sql`] (its snapshot is from
 /// before the update). Only when the batch needs them: the dependents' windows and the
 /// `instance.succeeded` notifications. Returns the instances written.
-pub(in crate::store) async fn complete_in(
+pub(crate) async fn complete_in(
     conn: &mut PgConnection,
     items: &[Completion],
 ) -> Result<Vec<Written>> {
@@ -324,7 +324,7 @@ pub struct FailureReport {
 /// Record many reported failures in the caller's transaction: each locks its RUNNING row
 /// under its lease token (missing ones are left out), is planned by the state machine and the
 /// task's backoff, and is written as a compare-and-swap. Returns the instances written.
-pub(in crate::store) async fn fail_in(
+pub(crate) async fn fail_in(
     conn: &mut PgConnection,
     items: &[FailureReport],
 ) -> Result<Vec<Written>> {

@@ -17,7 +17,7 @@ use crate::store::{RUNNING_BY_ID, Result};
 /// Returns the ids of the instances skipped: RUNNING under the call's token, but held by
 /// another transaction. (A call whose row is not RUNNING under its token stays in the batch:
 /// its compare-and-swap misses and it is answered as before.)
-pub(in crate::store) async fn lock_lease_rows(
+pub(crate) async fn lock_lease_rows(
     conn: &mut PgConnection,
     calls: &[(Uuid, Uuid)],
     failing: &[Uuid],

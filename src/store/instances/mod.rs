@@ -3,8 +3,9 @@
 //! happy-path ones on the row (`created_*`, `claimed_by`, `finished_by`), the others as
 //! `instance_events` rows (see `events.rs` and migration 2).
 //!
-//! By concern: `read` (the row type and the reads), `windows` (inserting and cancelling
-//! windows: scheduled, manual and dependent), `lease` (what a lease holder does: heartbeats,
+//! By concern: `read` (the row type and the reads), `windows` (inserting windows: scheduled
+//! and dependent), `manual` (manual triggers), `cancel` (cancelling windows, the one
+//! statement every cancellation uses), `lease` (what a lease holder does: heartbeats,
 //! completions, reported failures), `failures` (the reaper's lock, recording failed attempts,
 //! the retry scan), `operator` (operator retry and cancel), `backfill`, `retention` (pruning),
 //! `debounce` (debounced manual runs).
@@ -39,36 +40,39 @@ use super::Error;
 use crate::domain::instance::InstanceStatus;
 
 mod backfill;
+mod cancel;
 mod debounce;
 mod failures;
 mod give_back;
 mod lease;
 mod locks;
+mod manual;
 mod operator;
 mod read;
 mod retention;
 mod windows;
 
 pub use backfill::{Backfill, BackfillReport, Reprocess, backfill};
+pub use cancel::{
+    CANCEL_BATCH, cancel_unfinished_between, cancel_unstarted_of_task, cancel_windows,
+    move_unstarted_to_agent,
+};
 pub use failures::{
     ReportedBy, RunningAttempt, lock_expired, record_failures, renew_after_outage, retry_due,
 };
 pub(in crate::store) use give_back::record_throttled;
 pub use give_back::{GivenBack, Throttled, give_back};
 pub use lease::{Completion, FailureReport, LeaseExtension, queued_work_sql};
-pub(in crate::store) use lease::{
-    Report, Written, answer_each, complete_in, fail_in, heartbeat_in,
-};
-pub(in crate::store) use locks::lock_lease_rows;
+pub(crate) use lease::{Report, Written, answer_each, complete_in, fail_in, heartbeat_in};
+pub(crate) use locks::lock_lease_rows;
+pub use manual::{ManualTrigger, Triggered, trigger_instance, trigger_run};
 pub use operator::{operator_cancel, operator_retry};
 pub(in crate::store) use read::{INSTANCE_COLUMNS, InstanceRow};
 pub use read::{InstanceFilter, agents_of, get_instance, get_instance_by_window, list_instances};
 pub use retention::prune_finished;
 pub use windows::{
-    CANCEL_BATCH, Created, InsertReport, ManualTrigger, NewInstance, Triggered, Unfinished,
-    cancel_unfinished_between, cancel_unstarted_of_task, cancel_windows, existing_windows,
-    insert_windows, insert_windows_at, move_unstarted_to_agent, trigger_instance, trigger_run,
-    unfinished_windows,
+    Created, InsertReport, NewInstance, Unfinished, existing_windows, insert_windows,
+    insert_windows_at, unfinished_windows,
 };
 
 fn status_names(statuses: &[InstanceStatus]) -> Vec<&'static str> {

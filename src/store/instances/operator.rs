@@ -5,7 +5,7 @@
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::windows::{CancelScope, cancel_where};
+use super::cancel::{CancelScope, cancel_where};
 use super::{INSTANCE_COLUMNS, InstanceRow, illegal_error, status_names};
 use crate::domain::instance::{Event, Instance, legal_sources};
 use crate::store::{Error, Result, notify_work};

@@ -38,10 +38,10 @@ use std::time::{Duration, Instant};
 use sqlx::PgPool;
 use tokio::sync::oneshot;
 
-use super::claim::{ClaimRequest, Claimed, HeadRead, claim_many, claim_round};
-use super::claim_answers;
-use super::instances::give_back;
-use super::{Error, Result};
+use crate::store::claim::{ClaimRequest, Claimed, HeadRead, claim_many, claim_round};
+use crate::store::claim_answers;
+use crate::store::instances::give_back;
+use crate::store::{self, Error, Result};
 
 /// Most instances one round claims (the sum of its requests' `max_instances`).
 pub const DEFAULT_MAX_ROUND: usize = 1000;
@@ -128,7 +128,7 @@ impl ClaimRounds {
             .map(|c| (c.instance.id, c.lease_token))
             .collect();
         let reason = "the claim's answer could not be delivered";
-        match super::health::bounded(
+        match store::health::bounded(
             "claim_give_back",
             give_back(&self.pool, &leases, &self.actor, reason),
         )
@@ -225,7 +225,7 @@ impl ClaimRounds {
     /// answered with those instances and lease tokens instead (`claim_answers`).
     pub async fn claim(&self, req: ClaimRequest, actor: String) -> Result<Vec<Claimed>> {
         if let Some(claim_id) = req.claim_id.as_deref()
-            && let Some(held) = super::health::bounded(
+            && let Some(held) = store::health::bounded(
                 "claim_replay",
                 claim_answers::replay(&self.pool, &req.agent_id, &req.worker_id, claim_id),
             )
@@ -345,7 +345,7 @@ impl ClaimRounds {
             .collect();
         let head = self.head_read(agent);
         let result =
-            super::health::bounded("claim_round", claim_round(&self.pool, &reqs, head)).await;
+            store::health::bounded("claim_round", claim_round(&self.pool, &reqs, head)).await;
         let beside = self.round_ended(agent, &round);
         if head == HeadRead::Try {
             self.note_head(agent, result.as_ref().ok().map(|r| r.head_unsettled));
@@ -381,7 +381,7 @@ impl ClaimRounds {
                 for w in round.requests {
                     let one = [(w.req.clone(), w.actor.clone())];
                     let answer =
-                        super::health::bounded("claim_round", claim_many(&self.pool, &one))
+                        store::health::bounded("claim_round", claim_many(&self.pool, &one))
                             .await
                             .map(|mut l| l.pop().unwrap_or_default());
                     if let Err(Ok(unsent)) = w.reply.send(answer) {

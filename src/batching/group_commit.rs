@@ -16,12 +16,12 @@ use sqlx::PgPool;
 use tokio::sync::{Mutex, mpsc, oneshot};
 use uuid::Uuid;
 
-use super::instances::{
+use crate::domain::instance::Instance;
+use crate::store::instances::{
     Completion, FailureReport, LeaseExtension, Report, Written, answer_each, complete_in, fail_in,
     heartbeat_in, lock_lease_rows,
 };
-use super::{Error, Result};
-use crate::domain::instance::Instance;
+use crate::store::{self, Error, Result};
 
 /// Most calls one shared transaction takes (a batch completion's items count one each).
 pub const DEFAULT_MAX_BATCH: usize = 1000;
@@ -187,7 +187,7 @@ struct BatchWritten {
 /// A batch of heartbeats and completions only needs no lock step (it costs an extra locking
 /// pass over every row of a drain): each statement locks instance rows before task rows, and
 /// waits for an instance row holding no task row. A row another transaction holds is waited
-/// for at most [`SHARED_LOCK_WAIT_MS`](super::SHARED_LOCK_WAIT_MS) ms when the batch is shared; then
+/// for at most [`SHARED_LOCK_WAIT_MS`](store::SHARED_LOCK_WAIT_MS) ms when the batch is shared; then
 /// the batch fails and each call is written alone, so one blocked call never holds up a batch
 /// of unrelated ones for long.
 async fn write(pool: &PgPool, ops: &[Op]) -> Result<(BatchWritten, Vec<bool>)> {
@@ -198,9 +198,9 @@ async fn write(pool: &PgPool, ops: &[Op]) -> Result<(BatchWritten, Vec<bool>)> {
         .collect();
     let shared = ops.len() > 1;
     let mut tx = if shared && failing.is_empty() {
-        super::begin_hot_shared(pool).await?
+        store::begin_hot_shared(pool).await?
     } else {
-        super::begin_hot(pool).await?
+        store::begin_hot(pool).await?
     };
     let calls: Vec<(Uuid, Uuid)> = ops.iter().map(Op::call).collect();
     let busy = if failing.is_empty() {
@@ -235,7 +235,7 @@ async fn write(pool: &PgPool, ops: &[Op]) -> Result<(BatchWritten, Vec<bool>)> {
 }
 
 async fn run_batch(pool: &PgPool, ops: Vec<Op>) {
-    let (written, deferred) = match super::health::bounded("group_commit", write(pool, &ops)).await
+    let (written, deferred) = match store::health::bounded("group_commit", write(pool, &ops)).await
     {
         Ok(w) => w,
         Err(e) if ops.len() == 1 => {
@@ -268,7 +268,7 @@ async fn run_batch(pool: &PgPool, ops: Vec<Op>) {
             continue;
         }
         let calls = positions.iter().map(|&k| ops[k].call());
-        match super::health::bounded("group_commit", answer_each(pool, calls, kind, list)).await {
+        match store::health::bounded("group_commit", answer_each(pool, calls, kind, list)).await {
             Ok(each) => {
                 for (k, a) in positions.into_iter().zip(each) {
                     answers[k] = Some(a);
