@@ -195,7 +195,7 @@ const IN_ORDER_SQL: &str = "(coalesce(t.spec->'execution'->>'overlap', '') <> 'q
            and o.id <> all($1)))";
 
 /// Several claims of one agent in one transaction (the coalesced claims of
-/// [`super::claim_rounds`]): one pick over the sum of their `max_instances`, dealt
+/// the batching layer's claim rounds): one pick over the sum of their `max_instances`, dealt
 /// out in request order, so the first request gets what it would have got alone and the
 /// second what a claim right after it would have got. Each row is claimed under its own
 /// request's worker, lease and actor. Returns one list per request, in request order.
