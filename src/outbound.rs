@@ -245,7 +245,7 @@ impl Client {
             .dns_resolver(CheckedResolver::new(&policy))
             .user_agent(concat!("kairos/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| BuildError(crate::services::error_chain(&e)))?;
+            .map_err(|e| BuildError(crate::telemetry::error_chain(&e)))?;
         Ok(Client {
             http,
             policy: Arc::new(policy),
@@ -379,11 +379,11 @@ fn describe(e: reqwest::Error) -> String {
         cur = c.source();
     }
     if e.is_connect() {
-        format!("connection failed: {}", crate::services::error_chain(&e))
+        format!("connection failed: {}", crate::telemetry::error_chain(&e))
     } else if e.is_timeout() {
         NO_ANSWER.to_owned()
     } else {
-        crate::services::error_chain(&e)
+        crate::telemetry::error_chain(&e)
     }
 }
 

@@ -210,7 +210,7 @@ impl From<store::Error> for ApiError {
             store::Error::Db(ref db) if store::is_transient(db) => {
                 ApiError::Unavailable(db.to_string())
             }
-            other => ApiError::Internal(crate::services::error_chain(&other)),
+            other => ApiError::Internal(crate::telemetry::error_chain(&other)),
         }
     }
 }

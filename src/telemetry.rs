@@ -149,3 +149,15 @@ fn describe_metrics() {
         "started_at - scheduled_at of first attempts, at claim"
     );
 }
+
+/// Log an error with its whole cause chain.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cur = c.source();
+    }
+    out
+}

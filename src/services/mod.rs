@@ -96,17 +96,7 @@ pub async fn bounded_pass<T>(
     crate::store::health::bounded(name, pass).await
 }
 
-/// Log an error with its whole cause chain.
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cur = c.source();
-    }
-    out
-}
+pub use crate::telemetry::error_chain;
 
 /// The body every periodic scanner shares: run a pass, tick the heartbeat, sleep `interval`
 /// (or go again at once when the pass says its batch was full), back off on errors, stop on
