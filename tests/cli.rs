@@ -1097,3 +1097,124 @@ async fn task_preview_shows_each_windows_jittered_instant_beside_its_nominal_one
     }
     assert!(moved > 0, "{}", run.stdout);
 }
+
+#[sqlx::test]
+async fn trigger_takes_a_priority_and_a_debounce_key_and_says_when_a_trigger_was_absorbed(
+    pool: PgPool,
+) {
+    let app = TestApp::spawn(pool).await;
+    let (s, body) = json(
+        app.put(
+            "/v1/tasks/on_event",
+            json!({"agent_id": "agent_a", "trigger": {"type": "manual"},
+                   "execution": {"debounce": {"seconds": 300}}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, 201, "{body}");
+
+    // The first trigger of a key creates the instance, at the priority asked for.
+    let first = parse(
+        &kairos(
+            &app,
+            &[
+                "task",
+                "trigger",
+                "on_event",
+                "--priority",
+                "1",
+                "--debounce-key",
+                "doc-7",
+                "-o",
+                "json",
+            ],
+        )
+        .await,
+    );
+    assert_eq!(first["priority"], 1, "{first}");
+    assert_eq!(first["debounced"], false, "{first}");
+    let id = first["id"].as_str().expect("id").to_owned();
+
+    // A second trigger of the same key is absorbed by it; another key gets its own.
+    let again = kairos(
+        &app,
+        &["task", "trigger", "on_event", "--debounce-key", "doc-7"],
+    )
+    .await;
+    assert!(
+        ok(&again).starts_with(&format!("instance {id} absorbed the trigger (debounced)")),
+        "{}",
+        again.stdout
+    );
+    let other = parse(
+        &kairos(
+            &app,
+            &[
+                "task",
+                "trigger",
+                "on_event",
+                "--debounce-key",
+                "doc-8",
+                "-o",
+                "json",
+            ],
+        )
+        .await,
+    );
+    assert_ne!(other["id"], first["id"], "{other}");
+    assert_eq!(other["priority"], 5, "the task's default priority: {other}");
+
+    // Outside 0-9, or beside an explicit window key, is a usage error: nothing is sent.
+    for args in [
+        &["task", "trigger", "on_event", "--priority", "10"][..],
+        &[
+            "task",
+            "trigger",
+            "on_event",
+            "--debounce-key",
+            "k",
+            "--window-key",
+            "w",
+        ][..],
+    ] {
+        let refused = kairos(&app, args).await;
+        assert_eq!(refused.code, 2, "{args:?}: {}", refused.stderr);
+    }
+    let (s, list) = json(app.get("/v1/instances?task_id=on_event").await).await;
+    assert_eq!(s, 200, "{list}");
+    assert_eq!(common::item_strings(&list, "id").len(), 2, "{list}");
+
+    // A backfill's windows take the priority asked for.
+    let (s, body) = json(
+        app.put(
+            "/v1/tasks/hourly",
+            json!({"agent_id": "agent_a",
+                   "trigger": {"type": "cron", "expr": "0 * * * *", "timezone": "UTC"}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, 201, "{body}");
+    let (from, to) = (recent(2), recent(1));
+    ok(&kairos(
+        &app,
+        &[
+            "task",
+            "backfill",
+            "hourly",
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "--priority",
+            "2",
+        ],
+    )
+    .await);
+    let (s, list) = json(app.get("/v1/instances?task_id=hourly").await).await;
+    assert_eq!(s, 200, "{list}");
+    let items = list["items"].as_array().expect("items");
+    assert_eq!(items.len(), 24, "{list}");
+    assert!(items.iter().all(|i| i["priority"] == 2), "{list}");
+}

@@ -60,6 +60,12 @@ pub enum TaskCommand {
         /// A JSON object merged over the task's context for this run.
         #[arg(long)]
         context: Option<String>,
+        /// Priority of this run, 0 (most urgent) to 9 (default: the task's).
+        #[arg(long, value_parser = clap::value_parser!(u8).range(0..=9))]
+        priority: Option<u8>,
+        /// With `execution.debounce`: triggers with one key coalesce (default: the task).
+        #[arg(long, conflicts_with = "window_key")]
+        debounce_key: Option<String>,
     },
     /// Materialise the schedule's windows in [from, to).
     Backfill {
@@ -79,6 +85,9 @@ pub enum TaskCommand {
         /// `failed`: give DEAD, FAILED and CANCELLED windows of the range an operator retry.
         #[arg(long, value_parser = ["none", "failed"])]
         reprocess: Option<String>,
+        /// Priority of the backfilled windows, 0 (most urgent) to 9 (default: the task's).
+        #[arg(long, value_parser = clap::value_parser!(u8).range(0..=9))]
+        priority: Option<u8>,
     },
     /// The task's next windows.
     Preview {
@@ -151,8 +160,16 @@ pub(super) async fn run(client: &Client, out: Output, cmd: TaskCommand) -> Resul
             delay_seconds,
             run_at,
             context,
+            priority,
+            debounce_key,
         } => {
             let mut body = serde_json::Map::new();
+            if let Some(p) = priority {
+                body.insert("priority".into(), json!(p));
+            }
+            if let Some(k) = debounce_key {
+                body.insert("debounce_key".into(), Value::String(k));
+            }
             if let Some(k) = window_key {
                 body.insert("window_key".into(), Value::String(k));
             }
@@ -175,7 +192,9 @@ pub(super) async fn run(client: &Client, out: Output, cmd: TaskCommand) -> Resul
             if out == Output::Json {
                 print_json(&answer.body);
             } else {
-                let what = if answer.status == StatusCode::CREATED {
+                let what = if answer.body["debounced"] == json!(true) {
+                    "absorbed the trigger (debounced)"
+                } else if answer.status == StatusCode::CREATED {
                     "created"
                 } else {
                     "already exists"
@@ -195,8 +214,12 @@ pub(super) async fn run(client: &Client, out: Output, cmd: TaskCommand) -> Resul
             dry_run,
             overlap,
             reprocess,
+            priority,
         } => {
             let mut body = json!({"from": from, "to": to, "dry_run": dry_run});
+            if let Some(p) = priority {
+                body["priority"] = json!(p);
+            }
             if let Some(o) = overlap {
                 body["overlap"] = Value::String(o);
             }
