@@ -88,9 +88,37 @@ enum CronCommand {
     },
 }
 
+/// Exit status of a command whose reader went away (`kairos … | head`): what a shell reports for
+/// a process that SIGPIPE ended.
+const BROKEN_PIPE_EXIT: i32 = 141;
+
+/// For the client commands: when whoever reads standard output stops reading (`| head`), end
+/// quietly with [`BROKEN_PIPE_EXIT`], as `cat` or `ls` do, instead of with a panic message.
+/// `println!` panics on a broken pipe, and Rust ignores SIGPIPE, which would otherwise end the
+/// process; this crate forbids the `unsafe` that restoring SIGPIPE would take.
+fn quiet_on_broken_pipe() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(BROKEN_PIPE_EXIT);
+        }
+        report(info);
+    }));
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command.unwrap_or(Command::Serve { no_migrate: false }) {
+    let command = cli.command.unwrap_or(Command::Serve { no_migrate: false });
+    if !matches!(command, Command::Serve { .. } | Command::Migrate) {
+        quiet_on_broken_pipe();
+    }
+    match command {
         Command::Cron {
             command:
                 CronCommand::Next {

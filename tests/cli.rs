@@ -1218,3 +1218,27 @@ async fn trigger_takes_a_priority_and_a_debounce_key_and_says_when_a_trigger_was
     assert_eq!(items.len(), 24, "{list}");
     assert!(items.iter().all(|i| i["priority"] == 2), "{list}");
 }
+
+#[test]
+fn output_cut_short_by_its_reader_ends_quietly_as_a_broken_pipe() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kairos"))
+        .args([
+            "cron",
+            "next",
+            "* * * * * *",
+            "--timezone",
+            "UTC",
+            "--count",
+            "1000",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start kairos");
+    // The reader is gone before the first line (what `| head` does once it has its lines).
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("kairos ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
