@@ -728,3 +728,52 @@ async fn a_reaped_attempt_ends_in_a_reap_span_under_its_claim(pool: PgPool) {
     assert_eq!(reap.attrs["kairos.status"], "FAILED");
     kairos.shutdown().await;
 }
+
+#[sqlx::test]
+async fn a_claim_repeated_under_its_claim_id_records_one_claim_span(pool: PgPool) {
+    let (collector, addr) = Collector::start().await;
+    let kairos = Kairos::start(&pool, Options::api_only("trace-replay"), Some(addr)).await;
+    let (status, body) = kairos
+        .put(
+            "/v1/tasks/again",
+            &[],
+            json!({"agent_id": "r", "trigger": {"type": "manual"}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = kairos.post("/v1/tasks/again/trigger", &[], json!({})).await;
+    assert_eq!(status, 201, "{body}");
+
+    // The worker lost the first answer and asks again under the same claim_id: the same
+    // instance and lease come back, and with them the same claim span, recorded once.
+    let claim = json!({"agent_id": "r", "worker_id": "w1", "claim_id": "c-1"});
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        let (status, body) = kairos.post("/v1/claims", &[], claim.clone()).await;
+        assert_eq!(status, 200, "{body}");
+        answers.push(body["instances"][0].clone());
+    }
+    assert_eq!(
+        answers[0]["lease_token"], answers[1]["lease_token"],
+        "{answers:?}"
+    );
+    assert_eq!(
+        answers[0]["traceparent"], answers[1]["traceparent"],
+        "{answers:?}"
+    );
+    let (_, trace_id, _, _) = parts(answers[0]["traceparent"].as_str().expect("tp"));
+    let id = answers[0]["id"].as_str().expect("id");
+    let (status, body) = kairos
+        .post(
+            &format!("/v1/instances/{id}/complete"),
+            &[],
+            json!({"lease_token": answers[0]["lease_token"]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let spans = collector
+        .wait_for(&trace_id, &["kairos.claim", "kairos.complete"])
+        .await;
+    one(&spans, "kairos.claim");
+    kairos.shutdown().await;
+}

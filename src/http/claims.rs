@@ -141,7 +141,8 @@ async fn claim(
             }
             if state.spans.is_on() {
                 let now = chrono::Utc::now();
-                for c in &claimed {
+                // A repeated answer's claim span was recorded when it was claimed.
+                for c in claimed.iter().filter(|c| !c.replayed) {
                     state
                         .spans
                         .claim(&c.instance, c.lease_token, &req.worker_id, now);

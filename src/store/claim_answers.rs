@@ -84,7 +84,12 @@ pub async fn replay(
     }
     let claimed = rows
         .into_iter()
-        .map(Claimed::try_from)
+        .map(|r| {
+            Claimed::try_from(r).map(|c| Claimed {
+                replayed: true,
+                ..c
+            })
+        })
         .collect::<Result<Vec<_>>>()?;
     Ok(Some(claimed))
 }

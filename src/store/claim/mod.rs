@@ -74,6 +74,8 @@ pub struct Claimed {
     pub dispatch: Option<Value>,
     /// The task's `timeout_seconds` when claimed.
     pub timeout_seconds: i64,
+    /// An earlier claim's answer, repeated under its `claim_id`: nothing was claimed now.
+    pub replayed: bool,
 }
 
 /// The instance as its lease holder receives it: the instance plus lease token and context,
@@ -131,6 +133,7 @@ impl TryFrom<ClaimedRow> for Claimed {
             context: r.context.0,
             dispatch: r.dispatch.map(|d| d.0),
             timeout_seconds: r.timeout_seconds,
+            replayed: false,
         })
     }
 }
