@@ -5,7 +5,7 @@
 //! followed, no proxy, a connect timeout, a per-request timeout, a bounded response body, and
 //! an HMAC signature (`Kairos-Signature: t=<unix>,v1=<hex hmac-sha256(secret, "<t>.<body>")>`).
 //!
-//! Names are resolved by [`CheckedResolver`], which checks every address a name resolves to and
+//! Names are resolved by `CheckedResolver`, which checks every address a name resolves to and
 //! hands only checked addresses to the connector: the connection goes to the address that was
 //! checked, so a DNS answer that changes between check and connect (rebinding) cannot slip
 //! through. URLs holding a literal address are checked before the request is made (the

@@ -1,4 +1,4 @@
-//! [`RouteTable`]: the routes the API and the console add themselves to, kept as a list of
+//! `RouteTable`: the routes the API and the console add themselves to, kept as a list of
 //! (method, path) pairs beside the router, so what is served can be checked against
 //! `openapi.yaml`.
 

@@ -1,4 +1,4 @@
-//! The daemon's one router: the API's routes and the console's in one [`RouteTable`], behind
+//! The daemon's one router: the API's routes and the console's in one `RouteTable`, behind
 //! the API's middleware. The only place that knows both adapters, so neither imports the other.
 
 use axum::Router;

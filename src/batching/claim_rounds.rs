@@ -19,7 +19,7 @@
 //! gave back. A request such a round left empty-handed is not answered `[]` (its long poll
 //! would sleep until its relook although the agent's work is claimable, since nothing new will
 //! announce it): it gets in line again, at the front, for a round that runs alone
-//! ([`AgentQueue::solo`]). That round's answer is final: a request it leaves empty-handed found
+//! (`AgentQueue::solo`). That round's answer is final: a request it leaves empty-handed found
 //! nothing claimable at the time, and its long poll waits for a notification as before
 //! (`tests/one_agent_workers.rs`).
 //!

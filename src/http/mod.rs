@@ -1,4 +1,4 @@
-//! The HTTP adapter: one file per resource, each adding its routes to a [`RouteTable`] so the
+//! The HTTP adapter: one file per resource, each adding its routes to a `RouteTable` so the
 //! list of served routes is known (and checked against `openapi.yaml` by a test), and the
 //! middleware every request passes (authentication, body limit, database gate, timeout).
 //! Handlers parse, call `store` or the shared `usecases`, and render; no SQL and no product

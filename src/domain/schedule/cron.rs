@@ -187,7 +187,7 @@ impl CronSchedule {
     }
 
     /// The first fire instant strictly after `after`, or why there is none: an expression that
-    /// does not fire within [`SEARCH_HORIZON_YEARS`] years (`0 0 30 2 *`) would never run, so
+    /// does not fire within `SEARCH_HORIZON_YEARS` years (`0 0 30 2 *`) would never run, so
     /// registration refuses it. The search is bounded by the horizon, so this is cheap even for
     /// hostile expressions.
     pub fn first_fire_after(&self, after: DateTime<Utc>) -> Result<DateTime<Utc>, ScheduleError> {

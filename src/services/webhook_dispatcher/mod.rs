@@ -17,7 +17,7 @@
 //! own timeout, so a slow or dead endpoint holds only its own task's slots.
 //!
 //! Throughput: a claim takes as many instances as there are free slots, and successes are
-//! recorded through the group commit in lots ([`start_recorder`]), so a task's backlog moves in
+//! recorded through the group commit in lots (`start_recorder`), so a task's backlog moves in
 //! batches both ways. Most of a small claim's or commit's PostgreSQL time does not depend on
 //! its size, so batch sizes decide the cost per push: at `max_per_task` 8, one task's backlog
 //! went in claims of about four instances at about 1 ms of PostgreSQL CPU per instance (1,000

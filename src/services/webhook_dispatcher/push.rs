@@ -67,7 +67,7 @@ impl Target {
 impl WebhookDispatcher {
     /// Push one claimed instance and record what its receiver answered. When `shutdown` is
     /// cancelled before the answer arrives, the instance is given back
-    /// ([`Self::give_back_at_shutdown`]).
+    /// (`Self::give_back_at_shutdown`).
     pub async fn push(&self, c: claim::Claimed, shutdown: &CancellationToken) -> PushOutcome {
         if !self.spans.is_on() {
             return self.deliver(c, shutdown).await;

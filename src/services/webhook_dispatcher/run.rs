@@ -19,7 +19,7 @@ use crate::store::{self, claim, parse_work_payload};
 
 impl WebhookDispatcher {
     /// Run until `shutdown`: claim as many instances as there are free slots, push each in its
-    /// own task, and wait until a claim may find webhook work ([`Self::wait_for_work`]). On
+    /// own task, and wait until a claim may find webhook work (`Self::wait_for_work`). On
     /// shutdown, pushes still waiting for their answer are given back at once.
     pub async fn run(self, signal: WorkSignal, shutdown: CancellationToken) {
         let slots = Arc::new(Semaphore::new(self.config.max_in_flight));

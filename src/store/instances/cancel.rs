@@ -110,7 +110,7 @@ pub(super) async fn cancel_where(
         .map_err(crate::store::Error::from)
 }
 
-/// Most instances one statement of [`cancel_in_batches`] cancels.
+/// Most instances one statement of `cancel_in_batches` cancels.
 pub const CANCEL_BATCH: i64 = 1000;
 
 /// [`cancel_where`] for a scope that may hold a task's whole backlog (tens of thousands of

@@ -317,7 +317,7 @@ pub struct FailureReport {
     /// Who reports it (the event actor); `agent:<worker_id>` of the lease holder when `None`.
     pub actor: Option<String>,
     /// `retry_after_seconds`: a quota refused the attempt; it waits this long as PENDING with
-    /// its attempt unspent, and is no failure of the task ([`super::record_throttled`]).
+    /// its attempt unspent, and is no failure of the task (`super::record_throttled`).
     pub throttle_seconds: Option<i64>,
 }
 

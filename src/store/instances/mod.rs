@@ -24,7 +24,7 @@
 //!   writes update, in one first step (`locks`); in a batch it skips rows another transaction
 //!   holds and writes those calls alone, so a blocked call holds up only itself;
 //! - the reaper locks expired rows (`skip locked`: it never waits for an instance row) before
-//!   `record_failures` updates their tasks ([`TASKS_OF_UPD_IN_ID_ORDER`]);
+//!   `record_failures` updates their tasks (`TASKS_OF_UPD_IN_ID_ORDER`);
 //! - a backfill, which may cancel RUNNING rows (overlap `replace`), never locks its task row
 //!   for update: it reads it `for key share` (waiting for a delete or a change of the task,
 //!   not for the failure counts) and takes turns with other backfills of the task on an
