@@ -23,8 +23,7 @@ use cluster::Cluster;
 use daemon::Kairos;
 use proxy::BlackHoleProxy;
 use serde_json::{Value, json};
-use sqlx::PgPool;
-use steps::{client, connect, phase, scalar, send_until, within};
+use steps::{Due, Windows, client, connect, phase, scalar, send_until, within};
 
 const TASKS: usize = 20;
 /// Committer tasks of kairos's group commit (`group_commit::DEFAULT_COMMITTERS`).
@@ -120,48 +119,22 @@ async fn crash_restart_and_a_30s_stop_under_load_lose_nothing_and_pause_nothing(
 
     // Let the workers drain every window due until a moment ago, then stop them.
     let pool = connect(&pg.url()).await;
-    let cutoff: chrono::DateTime<chrono::Utc> =
-        sqlx::query_scalar("select now() - interval '2 seconds'")
-            .fetch_one(&pool)
-            .await
-            .expect("database clock");
-    let undrained = |pool: PgPool| async move {
-        let n: i64 = sqlx::query_scalar(
-            "select count(*) from task_instance \
-             where task_id like 'fa-%' and scheduled_at <= $1 and status <> 'SUCCESS'",
-        )
-        .bind(cutoff)
-        .fetch_one(&pool)
-        .await
-        .expect("count undrained");
-        n
-    };
-    let drained = within(Duration::from_secs(60), || {
-        let pool = pool.clone();
-        async move { (undrained(pool).await == 0).then_some(()) }
-    })
-    .await
-    .is_some();
+    let due = Due::now(&pool, "fa-%").await;
+    let drained = due.drained_within(Duration::from_secs(60)).await;
     phase(t0, &format!("drained: {drained}; stopping the workers"));
     workers.stop(Duration::from_secs(20)).await;
     let seen = runs.snapshot();
 
     // Windows: from each task's first window to its last, one row per second, each once.
-    let per_task: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(
-        "select task_id, count(*), count(distinct window_key), \
-             extract(epoch from max(scheduled_at) - min(scheduled_at))::bigint + 1, \
-             count(*) filter (where window_key <> \
-                 to_char(scheduled_at at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')) \
-         from task_instance where task_id like 'fa-__' group by task_id order by task_id",
-    )
-    .fetch_all(&pool)
-    .await
-    .expect("windows per task");
-    let windows: i64 = per_task.iter().map(|r| r.1).sum();
-    let lost: i64 = per_task.iter().map(|r| r.3 - r.1).sum();
-    let duplicate_keys: i64 = per_task.iter().map(|r| r.1 - r.2).sum();
-    let misspelled: i64 = per_task.iter().map(|r| r.4).sum();
-    let fewest = per_task.iter().map(|r| r.1).min().unwrap_or(0);
+    let w = Windows::of(&pool, "fa-__").await;
+    let Windows {
+        windows,
+        lost,
+        duplicate_keys,
+        misspelled,
+        fewest,
+        ..
+    } = w;
     let statuses: Vec<(String, String, i64)> = sqlx::query_as(
         "select status, source, count(*) from task_instance where task_id like 'fa-%' \
          group by 1, 2 order by 1, 2",
@@ -174,7 +147,7 @@ async fn crash_restart_and_a_30s_stop_under_load_lose_nothing_and_pause_nothing(
         "select count(*) from task_instance where task_id like 'fa-%' and status = 'SKIPPED'",
     )
     .await;
-    let not_drained = undrained(pool.clone()).await;
+    let not_drained = due.undrained().await;
     let success = scalar(
         &pool,
         "select count(*) from task_instance where task_id like 'fa-%' and status = 'SUCCESS'",
@@ -214,7 +187,7 @@ async fn crash_restart_and_a_30s_stop_under_load_lose_nothing_and_pause_nothing(
         "tasks {} (fewest windows {fewest}); windows {windows}; lost {lost}; duplicate keys \
          {duplicate_keys}; misspelled keys {misspelled}; skipped {skipped}; SUCCESS {success}; \
          not drained by the cutoff {not_drained}",
-        per_task.len()
+        w.tasks
     );
     eprintln!("statuses (status, source, count): {statuses:?}");
     eprintln!(
@@ -239,7 +212,7 @@ async fn crash_restart_and_a_30s_stop_under_load_lose_nothing_and_pause_nothing(
     kairos.print_problems(12);
 
     assert!(seen.fatal.is_empty(), "a worker stopped: {:?}", seen.fatal);
-    assert_eq!(per_task.len(), TASKS, "every task has windows");
+    assert_eq!(w.tasks, TASKS, "every task has windows");
     assert!(
         fewest >= 50,
         "each task saw ~60 s of windows, fewest {fewest}"
@@ -914,44 +887,20 @@ async fn failover(loss: PrimaryLoss) {
     producer.await.expect("producer task");
     let produced = produced.load(std::sync::atomic::Ordering::SeqCst);
     let pool = connect(&standby.url()).await;
-    let cutoff: chrono::DateTime<chrono::Utc> =
-        sqlx::query_scalar("select now() - interval '2 seconds'")
-            .fetch_one(&pool)
-            .await
-            .expect("database clock");
-    let undrained = |pool: PgPool| async move {
-        let n: i64 = sqlx::query_scalar(
-            "select count(*) from task_instance \
-             where task_id like 'fo-%' and scheduled_at <= $1 and status <> 'SUCCESS'",
-        )
-        .bind(cutoff)
-        .fetch_one(&pool)
-        .await
-        .expect("count undrained");
-        n
-    };
-    let drained = within(Duration::from_secs(30), || {
-        let pool = pool.clone();
-        async move { (undrained(pool).await == 0).then_some(()) }
-    })
-    .await
-    .is_some();
+    let due = Due::now(&pool, "fo-%").await;
+    let drained = due.drained_within(Duration::from_secs(30)).await;
     phase(t0, &format!("drained: {drained}; stopping the workers"));
     workers.stop(Duration::from_secs(20)).await;
     let seen = runs.snapshot();
 
     // Cron windows: from each task's first to its last, one row per second, each once.
-    let per_task: Vec<(String, i64, i64, i64)> = sqlx::query_as(
-        "select task_id, count(*), count(distinct window_key), \
-             extract(epoch from max(scheduled_at) - min(scheduled_at))::bigint + 1 \
-         from task_instance where task_id like 'fo-c%' group by task_id order by task_id",
-    )
-    .fetch_all(&pool)
-    .await
-    .expect("windows per task");
-    let windows: i64 = per_task.iter().map(|r| r.1).sum();
-    let lost: i64 = per_task.iter().map(|r| r.3 - r.1).sum();
-    let duplicate_keys: i64 = per_task.iter().map(|r| r.1 - r.2).sum();
+    let w = Windows::of(&pool, "fo-c%").await;
+    let Windows {
+        windows,
+        lost,
+        duplicate_keys,
+        ..
+    } = w;
     let during_outage = scalar(
         &pool,
         "select count(*) from task_instance where task_id like 'fo-c%' \
@@ -987,7 +936,7 @@ async fn failover(loss: PrimaryLoss) {
     .fetch_all(&pool)
     .await
     .expect("outages");
-    let not_drained = undrained(pool.clone()).await;
+    let not_drained = due.undrained().await;
     let twice = seen.twice();
     let manual_runs = seen.runs.keys().filter(|(t, _)| t == "fo-manual").count() as i64;
     let exited = kairos.exited();
@@ -1006,7 +955,7 @@ async fn failover(loss: PrimaryLoss) {
         "cron tasks {}; windows {windows}; lost {lost}; duplicate keys {duplicate_keys}; \
          windows scheduled during the outage {during_outage}; skipped {skipped}; not drained \
          by the cutoff {not_drained}",
-        per_task.len()
+        w.tasks
     );
     eprintln!(
         "manual: triggered {produced} ({manual_at_promotion} before the promotion); rows \
@@ -1036,11 +985,7 @@ async fn failover(loss: PrimaryLoss) {
     assert!(seen.fatal.is_empty(), "a worker stopped: {:?}", seen.fatal);
     assert_eq!(exited, None, "kairos (pid {pid}) exited");
     assert!(failovers >= 1, "kairos logged no database failover");
-    assert_eq!(
-        per_task.len(),
-        FAILOVER_CRON_TASKS,
-        "every task has windows"
-    );
+    assert_eq!(w.tasks, FAILOVER_CRON_TASKS, "every task has windows");
     assert_eq!(lost, 0, "windows missing between a task's first and last");
     assert_eq!(duplicate_keys, 0);
     assert_eq!(skipped, 0, "windows recorded SKIPPED instead of run");

@@ -32,7 +32,7 @@ use kairos::config::DatabasePooler;
 use kairos::store::{DbSettings, health::DbHealth};
 use serde_json::json;
 use sqlx::PgPool;
-use steps::{client, connect, phase, scalar, send_until, within};
+use steps::{Due, Windows, client, connect, phase, scalar, send_until, within};
 
 /// `kairos serve` with its API and loops through `bouncer`, LISTEN (named by its
 /// `application_name`) and migrations straight to `pg`.
@@ -318,51 +318,27 @@ async fn a_pgbouncer_restart_under_load_loses_no_window_and_runs_none_twice() {
 
     // Drain every window due until a moment ago, then stop the workers.
     let pool = connect(&pg.url()).await;
-    let cutoff: chrono::DateTime<chrono::Utc> =
-        sqlx::query_scalar("select now() - interval '2 seconds'")
-            .fetch_one(&pool)
-            .await
-            .expect("database clock");
-    let undrained = |pool: PgPool| async move {
-        let n: i64 = sqlx::query_scalar(
-            "select count(*) from task_instance \
-             where task_id like 'pr-%' and scheduled_at <= $1 and status <> 'SUCCESS'",
-        )
-        .bind(cutoff)
-        .fetch_one(&pool)
-        .await
-        .expect("count undrained");
-        n
-    };
-    let drained = within(Duration::from_secs(60), || {
-        let pool = pool.clone();
-        async move { (undrained(pool).await == 0).then_some(()) }
-    })
-    .await
-    .is_some();
+    let due = Due::now(&pool, "pr-%").await;
+    let drained = due.drained_within(Duration::from_secs(60)).await;
     phase(t0, &format!("drained: {drained}; stopping the workers"));
     workers.stop(Duration::from_secs(20)).await;
     let seen = runs.snapshot();
 
     // Windows: from each task's first window to its last, one row per second, each once.
-    let per_task: Vec<(String, i64, i64, i64)> = sqlx::query_as(
-        "select task_id, count(*), count(distinct window_key), \
-             extract(epoch from max(scheduled_at) - min(scheduled_at))::bigint + 1 \
-         from task_instance where task_id like 'pr-__' group by task_id order by task_id",
-    )
-    .fetch_all(&pool)
-    .await
-    .expect("windows per task");
-    let windows: i64 = per_task.iter().map(|r| r.1).sum();
-    let lost: i64 = per_task.iter().map(|r| r.3 - r.1).sum();
-    let duplicate_keys: i64 = per_task.iter().map(|r| r.1 - r.2).sum();
-    let fewest = per_task.iter().map(|r| r.1).min().unwrap_or(0);
+    let w = Windows::of(&pool, "pr-__").await;
+    let Windows {
+        windows,
+        lost,
+        duplicate_keys,
+        fewest,
+        ..
+    } = w;
     let success = scalar(
         &pool,
         "select count(*) from task_instance where task_id like 'pr-%' and status = 'SUCCESS'",
     )
     .await;
-    let not_drained = undrained(pool.clone()).await;
+    let not_drained = due.undrained().await;
     let spent = scalar(
         &pool,
         "select count(*) from task_instance where task_id like 'pr-%' \
@@ -381,7 +357,7 @@ async fn a_pgbouncer_restart_under_load_loses_no_window_and_runs_none_twice() {
     eprintln!(
         "tasks {} (fewest windows {fewest}); windows {windows}; lost {lost}; duplicate keys \
          {duplicate_keys}; SUCCESS {success}; not drained by the cutoff {not_drained}",
-        per_task.len()
+        w.tasks
     );
     eprintln!(
         "worker runs {} over {} (task, window); run twice {}; received with attempt > 1 {}; \
@@ -405,7 +381,7 @@ async fn a_pgbouncer_restart_under_load_loses_no_window_and_runs_none_twice() {
     kairos.print_problems(12);
 
     assert!(seen.fatal.is_empty(), "a worker stopped: {:?}", seen.fatal);
-    assert_eq!(per_task.len(), TASKS, "every task has windows");
+    assert_eq!(w.tasks, TASKS, "every task has windows");
     assert!(
         fewest >= 15,
         "each task saw ~20 s of windows, fewest {fewest}"
