@@ -10,6 +10,9 @@
 #
 # The caller may set BROWSER_LOG_NAME (else PG_LOG_NAME) as the prefix of progress lines.
 
+# shellcheck source=scripts/lib/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
+
 BROWSER_DRIVER= # the chromedriver found
 BROWSER_BIN=    # the browser found
 
@@ -58,30 +61,15 @@ browser_find() {
 # apt on Debian and Ubuntu (as root, or through sudo), Homebrew on macOS. Elsewhere, print the
 # commands to run and return 1. KAIROS_BROWSER_INSTALL=0 turns installing off (print only).
 browser_install() {
-    local -a sudo=() packages=(chromium chromium-driver)
+    local -a packages=(chromium chromium-driver)
     if grep -qiE '^ID=.*ubuntu' /etc/os-release 2>/dev/null; then
         packages=(chromium-browser chromium-chromedriver)
     fi
     if [[ ${KAIROS_BROWSER_INSTALL:-1} == 0 ]]; then
         browser_log "not installing (KAIROS_BROWSER_INSTALL=0)."
-    elif [[ -r /etc/os-release ]] && grep -qiE '^(ID|ID_LIKE)=.*(debian|ubuntu)' /etc/os-release \
-        && command -v apt-get >/dev/null 2>&1; then
-        if [[ $(id -u) -ne 0 ]]; then
-            if command -v sudo >/dev/null 2>&1; then
-                sudo=(sudo)
-            else
-                browser_log "error: installing needs root, and sudo is not available."
-                browser_log "As root, run:  apt-get update && apt-get install -y ${packages[*]}"
-                return 1
-            fi
-        fi
-        browser_log "installing Chromium and chromedriver (packages ${packages[*]}):"
-        browser_log "  ${sudo[*]:+${sudo[*]} }apt-get update && ${sudo[*]:+${sudo[*]} }apt-get install -y ${packages[*]}"
-        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update &&
-            "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y "${packages[@]}" &&
-            return 0
-        browser_log "error: apt-get failed (above)."
-        return 1
+    elif apt_platform; then
+        apt_install browser_log "Chromium and chromedriver (packages ${packages[*]})" "${packages[@]}"
+        return
     elif [[ $(uname -s) == Darwin ]] && command -v brew >/dev/null 2>&1; then
         local -a casks=(chromedriver)
         [[ -n $BROWSER_BIN ]] || casks+=(google-chrome)

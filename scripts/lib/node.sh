@@ -8,6 +8,9 @@
 #
 # The caller may set NODE_LOG_NAME as the prefix of progress lines.
 
+# shellcheck source=scripts/lib/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
+
 node_log() { printf '%s: %s\n' "${NODE_LOG_NAME:-scripts/lib/node.sh}" "$*" >&2; }
 
 # The major version of `node` on PATH, or nothing when there is none.
@@ -19,32 +22,17 @@ node_major() {
 # Install Node.js and npm with apt on Debian and Ubuntu (as root, or through sudo), saying what it
 # runs. Elsewhere, print what to install and return 1.
 node_install() {
-    local -a sudo=() packages=(nodejs npm)
+    local -a packages=(nodejs npm)
     if [[ ${KAIROS_NODE_INSTALL:-1} == 0 ]]; then
         node_log "not installing (KAIROS_NODE_INSTALL=0)."
-    elif [[ -r /etc/os-release ]] && grep -qiE '^(ID|ID_LIKE)=.*(debian|ubuntu)' /etc/os-release \
-        && command -v apt-get >/dev/null 2>&1; then
-        if [[ $(id -u) -ne 0 ]]; then
-            if command -v sudo >/dev/null 2>&1; then
-                sudo=(sudo)
-            else
-                node_log "error: installing needs root, and sudo is not available."
-                node_log "As root, run:  apt-get update && apt-get install -y ${packages[*]}"
-                return 1
-            fi
-        fi
+    elif apt_platform; then
         # A Node.js that ships its own npm (as some packagings do) conflicts with Debian's npm
         # package: then only what is missing is installed.
         if command -v node >/dev/null 2>&1; then
             packages=(npm)
         fi
-        node_log "installing ${packages[*]}:"
-        node_log "  ${sudo[*]:+${sudo[*]} }apt-get update && ${sudo[*]:+${sudo[*]} }apt-get install -y ${packages[*]}"
-        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update &&
-            "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y "${packages[@]}" &&
-            return 0
-        node_log "error: apt-get failed (above)."
-        return 1
+        apt_install node_log "${packages[*]}" "${packages[@]}"
+        return
     fi
     node_log "Install Node.js 20 or newer with npm, for example:"
     node_log "  Debian/Ubuntu:  sudo apt-get install -y nodejs npm"

@@ -8,6 +8,9 @@
 #
 # The caller sets PG_LOG_NAME (the prefix of progress lines, e.g. "scripts/test").
 
+# shellcheck source=scripts/lib/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
+
 PG_LOG_NAME=${PG_LOG_NAME:-scripts/lib/pg.sh}
 PG_BINDIR=          # directory holding initdb, pg_ctl and postgres
 PG_OWNER=           # OS user that owns and runs the cluster
@@ -61,27 +64,11 @@ pg_find_bindir() {
 # apt on Debian and Ubuntu (as root, or through sudo), Homebrew on macOS. Elsewhere, print the
 # commands to run and return 1. KAIROS_PG_INSTALL=0 turns installing off (print only).
 pg_install_server() {
-    local -a sudo=()
     if [[ ${KAIROS_PG_INSTALL:-1} == 0 ]]; then
         pg_log "not installing (KAIROS_PG_INSTALL=0)."
-    elif [[ -r /etc/os-release ]] && grep -qiE '^(ID|ID_LIKE)=.*(debian|ubuntu)' /etc/os-release \
-        && command -v apt-get >/dev/null 2>&1; then
-        if [[ $(id -u) -ne 0 ]]; then
-            if command -v sudo >/dev/null 2>&1; then
-                sudo=(sudo)
-            else
-                pg_log "error: installing needs root, and sudo is not available."
-                pg_log "As root, run:  apt-get update && apt-get install -y postgresql"
-                return 1
-            fi
-        fi
-        pg_log "installing PostgreSQL's server binaries (Debian package postgresql):"
-        pg_log "  ${sudo[*]:+${sudo[*]} }apt-get update && ${sudo[*]:+${sudo[*]} }apt-get install -y postgresql"
-        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update &&
-            "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql &&
-            return 0
-        pg_log "error: apt-get failed (above)."
-        return 1
+    elif apt_platform; then
+        apt_install pg_log "PostgreSQL's server binaries (Debian package postgresql)" postgresql
+        return
     elif [[ $(uname -s) == Darwin ]] && command -v brew >/dev/null 2>&1; then
         pg_log "installing PostgreSQL's server binaries with Homebrew:  brew install postgresql@16"
         brew install postgresql@16 && return 0

@@ -10,6 +10,9 @@
 #
 # The caller may set PGBOUNCER_LOG_NAME (else PG_LOG_NAME) as the prefix of progress lines.
 
+# shellcheck source=scripts/lib/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
+
 PGBOUNCER_BIN= # the pgbouncer found
 
 pgbouncer_log() { printf '%s: %s\n' "${PGBOUNCER_LOG_NAME:-${PG_LOG_NAME:-scripts/lib/pgbouncer.sh}}" "$*" >&2; }
@@ -38,28 +41,12 @@ pgbouncer_find() {
 # Ubuntu (as root, or through sudo), Homebrew on macOS. Elsewhere, print the commands to run and
 # return 1. KAIROS_PGBOUNCER_INSTALL=0 turns installing off (print only).
 pgbouncer_install() {
-    local -a sudo=()
     if [[ ${KAIROS_PGBOUNCER_INSTALL:-1} == 0 ]]; then
         pgbouncer_log "not installing (KAIROS_PGBOUNCER_INSTALL=0)."
-    elif [[ -r /etc/os-release ]] && grep -qiE '^(ID|ID_LIKE)=.*(debian|ubuntu)' /etc/os-release \
-        && command -v apt-get >/dev/null 2>&1; then
-        if [[ $(id -u) -ne 0 ]]; then
-            if command -v sudo >/dev/null 2>&1; then
-                sudo=(sudo)
-            else
-                pgbouncer_log "error: installing needs root, and sudo is not available."
-                pgbouncer_log "As root, run:  apt-get update && apt-get install -y pgbouncer"
-                return 1
-            fi
-        fi
-        pgbouncer_log "installing PgBouncer (Debian package pgbouncer):"
-        pgbouncer_log "  ${sudo[*]:+${sudo[*]} }apt-get update && ${sudo[*]:+${sudo[*]} }apt-get install -y pgbouncer"
+    elif apt_platform; then
         # The package's own service is not wanted: the tests start their own PgBouncer.
-        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update &&
-            "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y pgbouncer &&
-            return 0
-        pgbouncer_log "error: apt-get failed (above)."
-        return 1
+        apt_install pgbouncer_log "PgBouncer (Debian package pgbouncer)" pgbouncer
+        return
     elif [[ $(uname -s) == Darwin ]] && command -v brew >/dev/null 2>&1; then
         pgbouncer_log "installing PgBouncer with Homebrew:  brew install pgbouncer"
         brew install pgbouncer && return 0
