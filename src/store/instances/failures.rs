@@ -100,7 +100,7 @@ impl RunningAttempt {
 }
 
 /// The [`RunningAttempt`] columns but `expiry`, for `task_instance i left join tasks t`.
-pub(super) const RUNNING_ATTEMPT_COLUMNS: &str = "i.id, i.task_id, i.window_key, i.agent_id, i.attempt, \
+pub(in crate::store) const RUNNING_ATTEMPT_COLUMNS: &str = "i.id, i.task_id, i.window_key, i.agent_id, i.attempt, \
      i.max_attempts, i.lease_token, i.worker_id, \
      t.spec->'execution'->'retry_backoff' as retry_backoff, t.id is not null as task_exists";
 

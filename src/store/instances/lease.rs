@@ -10,12 +10,13 @@ use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::failures::{RUNNING_ATTEMPT_COLUMNS, ReportedBy, RunningAttempt, record_failures};
+use super::failures::{ReportedBy, RunningAttempt, record_failures};
 use super::windows::trigger_dependents;
-use super::{INSTANCE_COLUMNS, InstanceRow, fence_error_of};
+use super::{InstanceRow, fence_error_of};
 use crate::domain::instance::{Instance, InstanceStatus};
 use crate::domain::retry::Failure;
-use crate::store::{RUNNING_BY_ID, Result, WORK_CHANNEL, outbox};
+use crate::store::statements::sql;
+use crate::store::{Result, WORK_CHANNEL, outbox};
 
 /// One lease extension asked for by a lease holder.
 #[derive(Debug, Clone)]
@@ -34,23 +35,12 @@ pub(crate) async fn heartbeat_in(
     let ids: Vec<Uuid> = items.iter().map(|h| h.id).collect();
     let tokens: Vec<Uuid> = items.iter().map(|h| h.lease_token).collect();
     let secs: Vec<f64> = items.iter().map(|h| h.lease_seconds as f64).collect();
-    let rows: Vec<WrittenRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "with f as ( \
-             select * from unnest($1::uuid[], $2::uuid[], $3::float8[]) as f(id, token, secs) \
-         ), upd as ( \
-             update task_instance i \
-             set lease_expires_at = clock_timestamp() + make_interval(secs => f.secs), \
-                 updated_at = now() \
-             from f where i.id = f.id and {RUNNING_BY_ID} and i.lease_token = f.token \
-             returning i.*, f.token as matched_token \
-         ) \
-         select {INSTANCE_COLUMNS}, matched_token from upd"
-    )))
-    .bind(&ids)
-    .bind(&tokens)
-    .bind(&secs)
-    .fetch_all(&mut *conn)
-    .await?;
+    let rows: Vec<WrittenRow> = sqlx::query_as(sql!("instances/lease/heartbeat"))
+        .bind(&ids)
+        .bind(&tokens)
+        .bind(&secs)
+        .fetch_all(&mut *conn)
+        .await?;
     rows.into_iter().map(Written::try_from).collect()
 }
 
@@ -140,12 +130,10 @@ pub(in crate::store) async fn explain_miss(
         instance: InstanceRow,
         reported_lease_token: Option<Uuid>,
     }
-    let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select {INSTANCE_COLUMNS}, reported_lease_token from task_instance where id = $1"
-    )))
-    .bind(id)
-    .fetch_optional(pool)
-    .await?;
+    let row: Option<Row> = sqlx::query_as(sql!("instances/lease/explain_miss"))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?;
     let Some(row) = row else {
         return Err(crate::store::Error::NotFound);
     };
@@ -175,11 +163,6 @@ struct CompletedRow {
     notifies: bool,
 }
 
-/// [`TASKS_OF_UPD_IN_ID_ORDER`](super::TASKS_OF_UPD_IN_ID_ORDER) restricted to tasks whose
-/// failure count a success must reset.
-const TASKS_TO_RESET: &str = "select id from tasks where id in (select task_id from upd) \
-     and consecutive_failures <> 0 order by id for no key update";
-
 /// The completions in the caller's transaction: each a compare-and-swap on (id, RUNNING,
 /// lease token). In the same statement: the success (on the row, `finished_by`), the tasks'
 /// failure counts reset, and the wake-ups of [`queued_work_sql`] (its snapshot is from
@@ -194,43 +177,14 @@ pub(crate) async fn complete_in(
     let results: Vec<Option<Json<&Value>>> =
         items.iter().map(|c| c.result.as_ref().map(Json)).collect();
     let actors: Vec<Option<&str>> = items.iter().map(|c| c.actor.as_deref()).collect();
-    let rows: Vec<CompletedRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "with f as ( \
-             select * from unnest($1::uuid[], $2::uuid[], $3::jsonb[], $4::text[]) \
-                 as f(id, token, result, actor) \
-         ), upd as ( \
-             update task_instance i set status = 'SUCCESS', result = f.result, finished_at = now(), \
-                 lease_token = null, lease_expires_at = null, deadline_at = null, \
-                 error = null, error_kind = null, updated_at = now(), \
-                 finished_by = coalesce(f.actor, 'agent:' || coalesce(i.worker_id, 'unknown')), \
-                 reported_lease_token = f.token \
-             from f where i.id = f.id and {RUNNING_BY_ID} and i.lease_token = f.token \
-             returning i.*, f.token as matched_token \
-         ), tk as ( \
-             update tasks set consecutive_failures = 0 \
-             where id in ({TASKS_TO_RESET}) \
-         ), info as ( \
-             select bool_or(exists ( \
-                        select 1 from tasks d where d.upstream_task_id = t.id)) as has_dependents, \
-                    bool_or(jsonb_array_length(coalesce(t.spec->'notify'->'on_success', '[]')) > 0) \
-                        as notifies, \
-                    count(pg_notify($5, t.agent_id)) filter (where {queued}) \
-                        as woken \
-             from tasks t where t.id in (select distinct task_id from upd) \
-         ) \
-         select {INSTANCE_COLUMNS}, matched_token, \
-             coalesce(info.has_dependents, false) as has_dependents, \
-             coalesce(info.notifies, false) as notifies \
-         from upd cross join info",
-        queued = queued_work_sql()
-    )))
-    .bind(&ids)
-    .bind(&tokens)
-    .bind(&results)
-    .bind(&actors)
-    .bind(WORK_CHANNEL)
-    .fetch_all(&mut *conn)
-    .await?;
+    let rows: Vec<CompletedRow> = sqlx::query_as(sql!("instances/lease/complete"))
+        .bind(&ids)
+        .bind(&tokens)
+        .bind(&results)
+        .bind(&actors)
+        .bind(WORK_CHANNEL)
+        .fetch_all(&mut *conn)
+        .await?;
     let has_dependents = rows.iter().any(|r| r.has_dependents);
     let notifies = rows.iter().any(|r| r.notifies);
     let done: Vec<Written> = rows
@@ -283,15 +237,11 @@ pub fn queued_work_sql() -> String {
 /// Wake the agents of the tasks among `task_ids` that [`queued_work_sql`] holds for.
 /// Call it before the finishing rows leave RUNNING (the NOTIFY is sent at commit).
 async fn notify_queued(conn: &mut PgConnection, task_ids: &[&str]) -> Result<()> {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "select pg_notify($1, t.agent_id) from tasks t \
-         where t.id = any($2) and {}",
-        queued_work_sql()
-    )))
-    .bind(WORK_CHANNEL)
-    .bind(task_ids)
-    .execute(&mut *conn)
-    .await?;
+    sqlx::query(sql!("instances/lease/notify_queued"))
+        .bind(WORK_CHANNEL)
+        .bind(task_ids)
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 
@@ -330,18 +280,11 @@ pub(crate) async fn fail_in(
 ) -> Result<Vec<Written>> {
     let ids: Vec<Uuid> = items.iter().map(|f| f.id).collect();
     let tokens: Vec<Uuid> = items.iter().map(|f| f.lease_token).collect();
-    let running: Vec<RunningAttempt> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select {RUNNING_ATTEMPT_COLUMNS}, null::text as expiry, false as lost_to_outage \
-         from unnest($1::uuid[], $2::uuid[]) as f(id, token) \
-         join task_instance i on i.id = f.id and {RUNNING_BY_ID} and i.lease_token = f.token \
-         left join tasks t on t.id = i.task_id \
-         order by i.id \
-         for update of i"
-    )))
-    .bind(&ids)
-    .bind(&tokens)
-    .fetch_all(&mut *conn)
-    .await?;
+    let running: Vec<RunningAttempt> = sqlx::query_as(sql!("instances/lease/lock_reported"))
+        .bind(&ids)
+        .bind(&tokens)
+        .fetch_all(&mut *conn)
+        .await?;
     let mut tasks: Vec<&str> = running.iter().map(|a| a.task_id.as_str()).collect();
     tasks.sort_unstable();
     tasks.dedup();

@@ -1,0 +1,209 @@
+//! The statements, whole: one `.sql` file per statement under `src/store/sql/`, laid out like
+//! the store's modules (`sql/instances/lease/complete.sql` is run by `store::instances::lease`).
+//! Each file is valid SQL that pastes into `psql` as it stands (parameters `$1…` aside), and
+//! [`sql!`] embeds it at compile time, so a statement is a `&'static str` and never assembled
+//! at run time. The few statements that are truly dynamic (a caller-chosen set of filters) are
+//! built with `sqlx::QueryBuilder` where they are used, each with a comment saying why.
+//!
+//! A fragment that has one home elsewhere (the states a compare-and-swap expects, which the
+//! transition table defines; a spec default, which `domain::task` defines; a column list that
+//! several statements must agree on) is written out literally, after a comment naming it:
+//!
+//! ```sql
+//! where i.id = f.id and /* fragment: sources of complete */ (i.status || '') = 'RUNNING'
+//! ```
+//!
+//! The tests below check every such fragment against its home, that every file
+//! is used, and that no file is missing; `tests/statements.rs` prepares every file against the
+//! migrated schema, so a statement that no longer fits the tables fails the suite.
+
+/// The statement in `src/store/sql/<name>.sql`, as a `&'static str`.
+macro_rules! sql {
+    ($name:literal) => {
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/store/sql/",
+            $name,
+            ".sql"
+        ))
+    };
+}
+pub(crate) use sql;
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::{Path, PathBuf};
+
+    use crate::domain::instance::{Event, legal_sources};
+    use crate::store::{
+        TASK_FAILURE_THRESHOLD_SQL, TASK_LIMIT_SQL, TASK_TIMEOUT_SQL, status_in_sql,
+    };
+
+    /// What the fragment called `name` must read, rendered from its home; `None` for a name no
+    /// fragment has. `sources of <event>` fragments are checked by [`sources_of`] instead.
+    fn fragment(name: &str) -> Option<String> {
+        Some(match name {
+            "instance columns" => crate::store::instances::INSTANCE_COLUMNS.to_owned(),
+            "running attempt columns" => {
+                crate::store::instances::failures::RUNNING_ATTEMPT_COLUMNS.to_owned()
+            }
+            "queued work" => crate::store::instances::lease::queued_work_sql(),
+            "task concurrency_limit" => TASK_LIMIT_SQL.to_string(),
+            "task timeout_seconds" => TASK_TIMEOUT_SQL.to_string(),
+            "task failure_threshold" => TASK_FAILURE_THRESHOLD_SQL.to_string(),
+            "default dispatch timeout_seconds" => {
+                crate::domain::task::DEFAULT_DISPATCH_TIMEOUT_SECONDS.to_string()
+            }
+            "push lease margin" => crate::store::claim::PUSH_LEASE_MARGIN_SECONDS.to_string(),
+            _ => return None,
+        })
+    }
+
+    /// The event whose source states a `sources of <name>` fragment spells.
+    fn sources_of(name: &str) -> Option<Event> {
+        Some(match name {
+            "claim" => Event::Claim,
+            "complete" => Event::Complete,
+            "give back" => Event::GiveBack,
+            "throttle" => Event::Throttle,
+            "fail" => Event::Fail { give_up: false },
+            "fail giving up" => Event::Fail { give_up: true },
+            "retry due" => Event::RetryDue,
+            "cancel" => Event::Cancel,
+            _ => return None,
+        })
+    }
+
+    /// Whitespace collapsed to single spaces, so that a fragment may be wrapped over lines.
+    fn squeeze(s: &str) -> String {
+        s.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    /// Every problem with the fragments of one statement's text: unknown names, and fragments that
+    /// do not read as their home renders them.
+    fn check_fragments(text: &str) -> Vec<String> {
+        const MARK: &str = "/* fragment: ";
+        let mut problems = Vec::new();
+        let mut rest = text;
+        while let Some(at) = rest.find(MARK) {
+            let after = &rest[at + MARK.len()..];
+            let Some(end) = after.find(" */") else {
+                problems.push("a fragment comment is not closed".to_owned());
+                break;
+            };
+            let name = &after[..end];
+            let body = squeeze(&after[end + 3..]);
+            let want = match (fragment(name), name.strip_prefix("sources of ")) {
+                (Some(want), _) => Some(want),
+                (None, Some(event)) => sources_of(event).and_then(|ev| {
+                    // The column is what the text compares: `<column> = '…'` or `<column> in (…)`.
+                    let column = body
+                        .find(" = '")
+                        .or_else(|| body.find(" in ("))
+                        .map(|i| body[..i].to_owned())?;
+                    Some(status_in_sql(&column, &legal_sources(ev)))
+                }),
+                (None, None) => None,
+            };
+            match want {
+                None => problems.push(format!("unknown fragment {name:?}")),
+                Some(want) if !body.starts_with(&squeeze(&want)) => problems.push(format!(
+                    "fragment {name:?} must read {want:?}, reads {:?}",
+                    body.chars().take(want.len() + 20).collect::<String>()
+                )),
+                Some(_) => {}
+            }
+            rest = after;
+        }
+        problems
+    }
+
+    fn files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                files(&path, ext, out);
+            } else if path.extension().is_some_and(|e| e == ext) {
+                out.push(path);
+            }
+        }
+    }
+
+    fn root() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    }
+
+    /// The statement names under `src/store/sql/`.
+    fn statement_files() -> BTreeSet<String> {
+        let dir = root().join("src/store/sql");
+        let mut found = Vec::new();
+        files(&dir, "sql", &mut found);
+        found
+            .iter()
+            .filter_map(|p| p.strip_prefix(&dir).ok())
+            .map(|p| p.with_extension("").to_string_lossy().replace('\\', "/"))
+            .collect()
+    }
+
+    /// The names passed to `sql!` anywhere in `src/`.
+    fn statements_used() -> BTreeSet<String> {
+        let mut sources = Vec::new();
+        files(&root().join("src"), "rs", &mut sources);
+        let mut used = BTreeSet::new();
+        for path in sources {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let mut rest = text.as_str();
+            while let Some(at) = rest.find("sql!(\"") {
+                let after = &rest[at + 6..];
+                if let Some(end) = after.find('"') {
+                    used.insert(after[..end].to_owned());
+                }
+                rest = after;
+            }
+        }
+        used
+    }
+
+    #[test]
+    fn every_statement_file_is_used() {
+        let files = statement_files();
+        assert!(!files.is_empty());
+        let used = statements_used();
+        let unused: Vec<&String> = files.difference(&used).collect();
+        assert!(
+            unused.is_empty(),
+            "statement files no code runs: {unused:?}"
+        );
+    }
+
+    #[test]
+    fn every_fragment_reads_as_its_home_renders_it() {
+        let mut problems = Vec::new();
+        for name in statement_files() {
+            let path = root().join("src/store/sql").join(format!("{name}.sql"));
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            for p in check_fragments(&text) {
+                problems.push(format!("{name}.sql: {p}"));
+            }
+        }
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+
+    #[test]
+    fn a_fragment_that_drifted_is_named() {
+        let ok = "where /* fragment: sources of complete */ (i.status || '') = 'RUNNING' and x";
+        assert!(check_fragments(ok).is_empty());
+        let wrapped = "where /* fragment: sources of cancel */ i.status in ('PENDING',\n   'RUNNING', 'FAILED')";
+        assert!(check_fragments(wrapped).is_empty());
+        let drifted = "where /* fragment: sources of cancel */ i.status in ('PENDING', 'RUNNING')";
+        assert_eq!(check_fragments(drifted).len(), 1);
+        let unknown = "select /* fragment: nothing such */ 1";
+        assert_eq!(check_fragments(unknown).len(), 1);
+        let default = "select /* fragment: task timeout_seconds */ coalesce((t.spec->'execution'->>'timeout_seconds')::bigint, 7)";
+        assert_eq!(check_fragments(default).len(), 1);
+    }
+}
