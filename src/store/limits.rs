@@ -15,6 +15,7 @@ use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
+use super::statements::sql;
 use super::{Error, Result};
 use crate::domain::limit::{Budget, LimitSpec, micros};
 use crate::domain::task::FieldError;
@@ -50,8 +51,6 @@ impl From<LimitRow> for Limit {
     }
 }
 
-const LIMIT_COLUMNS: &str = "name, spec, version, created_at, updated_at";
-
 /// What a PUT did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Upserted {
@@ -61,39 +60,26 @@ pub enum Upserted {
 }
 
 pub async fn get_limit(pool: &PgPool, name: &str) -> Result<Limit> {
-    let row: LimitRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select {LIMIT_COLUMNS} from limits where name = $1"
-    )))
-    .bind(name)
-    .fetch_one(pool)
-    .await?;
+    let row: LimitRow = sqlx::query_as(sql!("limits/get"))
+        .bind(name)
+        .fetch_one(pool)
+        .await?;
     Ok(row.into())
 }
 
 /// Every limit, by name.
 pub async fn list_limits(pool: &PgPool) -> Result<Vec<Limit>> {
-    let rows: Vec<LimitRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select {LIMIT_COLUMNS} from limits order by name"
-    )))
-    .fetch_all(pool)
-    .await?;
+    let rows: Vec<LimitRow> = sqlx::query_as(sql!("limits/list")).fetch_all(pool).await?;
     Ok(rows.into_iter().map(Limit::from).collect())
 }
 
 /// The tasks whose `execution.limits` name `name`, with the entry (cost, whether it has a key).
 async fn tasks_drawing_on(conn: &mut PgConnection, name: &str) -> Result<Vec<(String, i64, bool)>> {
-    sqlx::query_as(
-        "select t.id, coalesce((d->>'cost')::bigint, 1), coalesce(d->>'key', '') <> '' \
-         from tasks t cross join lateral jsonb_array_elements( \
-             coalesce(t.spec->'execution'->'limits', '[]'::jsonb)) d \
-         where t.spec->'execution'->'limits' @> jsonb_build_array(jsonb_build_object('name', $1::text)) \
-           and d->>'name' = $1 \
-         order by t.id",
-    )
-    .bind(name)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(crate::store::Error::from)
+    sqlx::query_as(sql!("limits/tasks_drawing_on"))
+        .bind(name)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(crate::store::Error::from)
 }
 
 /// Create or replace a limit declaratively: the same spec changes nothing (not even the
@@ -106,12 +92,10 @@ pub async fn upsert_limit(
     if_match: Option<i64>,
 ) -> Result<(Upserted, Limit)> {
     let mut tx = crate::store::begin(pool).await?;
-    let existing: Option<LimitRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select {LIMIT_COLUMNS} from limits where name = $1 for no key update"
-    )))
-    .bind(name)
-    .fetch_optional(&mut *tx)
-    .await?;
+    let existing: Option<LimitRow> = sqlx::query_as(sql!("limits/lock_for_upsert"))
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?;
     if let Some(v) = if_match {
         match &existing {
             Some(l) if l.version == v => {}
@@ -142,36 +126,24 @@ pub async fn upsert_limit(
             // Units held by running instances move to the budgets the new spec keeps: every
             // key to '' when per_key is turned off, each instance's rendered key when it is
             // turned on.
-            sqlx::query(
-                "update limit_units u set key = case when $2 then coalesce(( \
-                     select d->>'key' from task_instance i \
-                     cross join lateral jsonb_array_elements(i.limit_draws) d \
-                     where i.id = u.instance_id and d->>'name' = u.limit_name limit 1), '') \
-                     else '' end \
-                 where u.limit_name = $1",
-            )
-            .bind(name)
-            .bind(spec.per_key)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query(
-                "update limits set spec = $2, version = version + 1, updated_at = now() \
-                 where name = $1",
-            )
-            .bind(name)
-            .bind(Json(spec))
-            .execute(&mut *tx)
-            .await?;
+            sqlx::query(sql!("limits/move_units"))
+                .bind(name)
+                .bind(spec.per_key)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(sql!("limits/replace"))
+                .bind(name)
+                .bind(Json(spec))
+                .execute(&mut *tx)
+                .await?;
             Upserted::Replaced
         }
         None => {
-            let inserted = sqlx::query(
-                "insert into limits (name, spec) values ($1, $2) on conflict (name) do nothing",
-            )
-            .bind(name)
-            .bind(Json(spec))
-            .execute(&mut *tx)
-            .await?;
+            let inserted = sqlx::query(sql!("limits/insert"))
+                .bind(name)
+                .bind(Json(spec))
+                .execute(&mut *tx)
+                .await?;
             if inserted.rows_affected() == 0 {
                 return Err(Error::Conflict(format!(
                     "limit {name:?} was created concurrently; retry the request"
@@ -180,12 +152,10 @@ pub async fn upsert_limit(
             Upserted::Created
         }
     };
-    let row: LimitRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select {LIMIT_COLUMNS} from limits where name = $1"
-    )))
-    .bind(name)
-    .fetch_one(&mut *tx)
-    .await?;
+    let row: LimitRow = sqlx::query_as(sql!("limits/get"))
+        .bind(name)
+        .fetch_one(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok((outcome, row.into()))
 }
@@ -193,11 +163,10 @@ pub async fn upsert_limit(
 /// Delete a limit: a conflict naming the tasks while any task draws on it.
 pub async fn delete_limit(pool: &PgPool, name: &str) -> Result<()> {
     let mut tx = crate::store::begin(pool).await?;
-    let found: Option<String> =
-        sqlx::query_scalar("select name from limits where name = $1 for update")
-            .bind(name)
-            .fetch_optional(&mut *tx)
-            .await?;
+    let found: Option<String> = sqlx::query_scalar(sql!("limits/lock_for_delete"))
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?;
     if found.is_none() {
         return Err(Error::NotFound);
     }
@@ -210,7 +179,7 @@ pub async fn delete_limit(pool: &PgPool, name: &str) -> Result<()> {
             if users.len() > 10 { ", …" } else { "" }
         )));
     }
-    sqlx::query("delete from limits where name = $1")
+    sqlx::query(sql!("limits/delete"))
         .bind(name)
         .execute(&mut *tx)
         .await?;
@@ -229,12 +198,10 @@ pub async fn check_draws(
         return Ok(());
     }
     let names: Vec<&str> = draws.iter().map(|d| d.name.as_str()).collect();
-    let found: Vec<(String, Json<LimitSpec>)> = sqlx::query_as(
-        "select name, spec from limits where name = any($1) order by name for share",
-    )
-    .bind(&names)
-    .fetch_all(&mut *conn)
-    .await?;
+    let found: Vec<(String, Json<LimitSpec>)> = sqlx::query_as(sql!("limits/check_draws"))
+        .bind(&names)
+        .fetch_all(&mut *conn)
+        .await?;
     let specs: HashMap<&str, &LimitSpec> = found.iter().map(|(n, s)| (n.as_str(), &s.0)).collect();
     for (i, d) in draws.iter().enumerate() {
         let Some(spec) = specs.get(d.name.as_str()) else {
@@ -265,45 +232,11 @@ pub async fn check_draws(
 /// Render the draws of a task's waiting (PENDING, FAILED) instances afresh, after its limits or
 /// its context changed. Returns how many instances were rendered.
 pub async fn render_waiting_draws(conn: &mut PgConnection, task_id: &str) -> Result<u64> {
-    Ok(sqlx::query(
-        "update task_instance i set limit_draws = kairos_render_limit_draws( \
-             t.spec->'execution'->'limits', i.task_id, i.agent_id, \
-             coalesce(t.spec->'context', '{}'::jsonb) || coalesce(i.context_override, '{}'::jsonb)) \
-         from tasks t \
-         where t.id = $1 and i.task_id = $1 and i.status in ('PENDING', 'FAILED')",
-    )
-    .bind(task_id)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected())
-}
-
-/// A CTE body (`blocked as materialized (…)`): the budgets that cannot start even one unit now,
-/// as `(name, key)` with key null for a limit without `per_key` (all its draws). Held budgets,
-/// rates with no start available (`tat > now + burst·T`) and concurrency budgets whose units are
-/// all taken. Read in the claim's pick so that rows waiting on a limit are passed over by the
-/// scan instead of filling the claim; it costs an empty scan when no limit exists. Whether a row
-/// of a budget with some room really fits is decided later, under the budget's lock.
-pub const BLOCKED_BUDGETS_SQL: &str = "select l.name, \
-         case when (l.spec->>'per_key')::boolean then b.key end as key \
-     from limits l cross join lateral ( \
-         select s.key from limit_state s where s.limit_name = l.name \
-           and (s.held_until > now() \
-                or (l.spec ? 'rate' and s.tat > now() + make_interval(secs => \
-                    (l.spec->'rate'->>'burst')::float8 * (l.spec->'rate'->>'per_seconds')::float8 \
-                    / (l.spec->'rate'->>'count')::float8))) \
-         union \
-         select u.key from limit_units u where u.limit_name = l.name and l.spec ? 'concurrency' \
-         group by u.key having sum(u.cost) >= (l.spec->>'concurrency')::bigint \
-     ) b";
-
-/// `true` when the instance row `alias` draws on no budget of `blocked` (the CTE above).
-pub fn not_blocked_sql(alias: &str) -> String {
-    format!(
-        "({alias}.limit_draws is null or not exists (select 1 from blocked) or not exists ( \
-             select 1 from jsonb_array_elements({alias}.limit_draws) d join blocked b \
-               on b.name = d->>'name' and (b.key is null or b.key = d->>'key')))"
-    )
+    Ok(sqlx::query(sql!("limits/render_waiting_draws"))
+        .bind(task_id)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected())
 }
 
 /// A budget's identity: the limit and the key (`""` for a limit without `per_key`).
@@ -343,44 +276,22 @@ pub async fn read_budgets(
     if lock && !lock_budgets(conn, &names, &keys).await? {
         // Create missing budgets (a concurrent first insert waits for the other's commit),
         // then lock all of them in one order.
-        sqlx::query(
-            "with d as ( \
-                 select distinct d.name, case when (l.spec->>'per_key')::boolean then d.key else '' end as key \
-                 from unnest($1::text[], $2::text[]) as d(name, key) join limits l on l.name = d.name \
-             ) \
-             insert into limit_state (limit_name, key) select name, key from d order by name, key \
-             on conflict do nothing",
-        )
-        .bind(&names)
-        .bind(&keys)
-        .execute(&mut *conn)
-        .await?;
-        sqlx::query(
-            "select 1 from limit_state s \
-             where (s.limit_name, s.key) in ( \
-                 select d.name, case when (l.spec->>'per_key')::boolean then d.key else '' end \
-                 from unnest($1::text[], $2::text[]) as d(name, key) join limits l on l.name = d.name) \
-             order by s.limit_name, s.key for update",
-        )
-        .bind(&names)
-        .bind(&keys)
-        .execute(&mut *conn)
-        .await?;
+        sqlx::query(sql!("limits/create_budgets"))
+            .bind(&names)
+            .bind(&keys)
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query(sql!("limits/lock_budgets"))
+            .bind(&names)
+            .bind(&keys)
+            .execute(&mut *conn)
+            .await?;
     }
-    let rows: Vec<BudgetRow> = sqlx::query_as(
-        "select d.name, d.key, l.spec, \
-             (select coalesce(sum(u.cost), 0) from limit_units u \
-              where u.limit_name = d.name and u.key = e.key)::bigint as running, \
-             s.tat, s.held_until, clock_timestamp() as now \
-         from unnest($1::text[], $2::text[]) as d(name, key) \
-         join limits l on l.name = d.name \
-         cross join lateral (select case when (l.spec->>'per_key')::boolean then d.key else '' end as key) e \
-         left join limit_state s on s.limit_name = d.name and s.key = e.key",
-    )
-    .bind(&names)
-    .bind(&keys)
-    .fetch_all(&mut *conn)
-    .await?;
+    let rows: Vec<BudgetRow> = sqlx::query_as(sql!("limits/read_budgets"))
+        .bind(&names)
+        .bind(&keys)
+        .fetch_all(&mut *conn)
+        .await?;
     let now = rows.first().map(|r| r.now).unwrap_or_else(Utc::now);
     // One budget per (limit, effective key): draws of one limit with different rendered keys
     // share it when the limit is not per_key.
@@ -443,20 +354,11 @@ impl Budgets {
 /// Lock the budgets of `(names, keys)` in `(limit_name, key)` order; whether every one of them
 /// exists (otherwise the caller creates the missing ones and locks again).
 async fn lock_budgets(conn: &mut PgConnection, names: &[&str], keys: &[&str]) -> Result<bool> {
-    let (wanted, locked): (i64, i64) = sqlx::query_as(
-        "with d as ( \
-             select distinct d.name, case when (l.spec->>'per_key')::boolean then d.key else '' end as key \
-             from unnest($1::text[], $2::text[]) as d(name, key) join limits l on l.name = d.name \
-         ), locked as ( \
-             select 1 from limit_state s where (s.limit_name, s.key) in (select name, key from d) \
-             order by s.limit_name, s.key for update \
-         ) \
-         select (select count(*) from d), (select count(*) from locked)",
-    )
-    .bind(names)
-    .bind(keys)
-    .fetch_one(&mut *conn)
-    .await?;
+    let (wanted, locked): (i64, i64) = sqlx::query_as(sql!("limits/lock_existing_budgets"))
+        .bind(names)
+        .bind(keys)
+        .fetch_one(&mut *conn)
+        .await?;
     Ok(locked >= wanted)
 }
 
@@ -472,16 +374,12 @@ pub async fn store_tats(
     let names: Vec<&str> = tats.iter().map(|t| t.0.as_str()).collect();
     let keys: Vec<&str> = tats.iter().map(|t| t.1.as_str()).collect();
     let at: Vec<DateTime<Utc>> = tats.iter().map(|t| t.2).collect();
-    sqlx::query(
-        "update limit_state s set tat = d.tat \
-         from unnest($1::text[], $2::text[], $3::timestamptz[]) as d(name, key, tat) \
-         where s.limit_name = d.name and s.key = d.key",
-    )
-    .bind(&names)
-    .bind(&keys)
-    .bind(&at)
-    .execute(&mut *conn)
-    .await?;
+    sqlx::query(sql!("limits/store_tats"))
+        .bind(&names)
+        .bind(&keys)
+        .bind(&at)
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 
@@ -500,17 +398,13 @@ pub async fn insert_units(
         .iter()
         .map(|u| i32::try_from(u.3).unwrap_or(i32::MAX))
         .collect();
-    sqlx::query(
-        "insert into limit_units (instance_id, limit_name, key, cost) \
-         select * from unnest($1::uuid[], $2::text[], $3::text[], $4::int[]) \
-         on conflict (instance_id, limit_name) do update set key = excluded.key, cost = excluded.cost",
-    )
-    .bind(&ids)
-    .bind(&names)
-    .bind(&keys)
-    .bind(&costs)
-    .execute(&mut *conn)
-    .await?;
+    sqlx::query(sql!("limits/insert_units"))
+        .bind(&ids)
+        .bind(&names)
+        .bind(&keys)
+        .bind(&costs)
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 
@@ -524,41 +418,25 @@ pub async fn hold(
     seconds: i64,
     reason: &str,
 ) -> Result<DateTime<Utc>> {
-    let until: Option<DateTime<Utc>> = sqlx::query_scalar(
-        "insert into limit_state (limit_name, key, held_until, held_reason) \
-         select l.name, case when (l.spec->>'per_key')::boolean then $2 else '' end, \
-             clock_timestamp() + make_interval(secs => $3), $4 \
-         from limits l where l.name = $1 \
-         on conflict (limit_name, key) do update set \
-             held_until = greatest(limit_state.held_until, excluded.held_until), \
-             held_reason = case when limit_state.held_until is null \
-                                  or limit_state.held_until <= excluded.held_until \
-                                then excluded.held_reason else limit_state.held_reason end \
-         returning held_until",
-    )
-    .bind(name)
-    .bind(key)
-    .bind(seconds as f64)
-    .bind(reason)
-    .fetch_optional(&mut *conn)
-    .await?;
+    let until: Option<DateTime<Utc>> = sqlx::query_scalar(sql!("limits/hold"))
+        .bind(name)
+        .bind(key)
+        .bind(seconds as f64)
+        .bind(reason)
+        .fetch_optional(&mut *conn)
+        .await?;
     until.ok_or(Error::NotFound)
 }
 
 /// Lift a hold (all keys of the limit when `key` is None). Returns the budgets released.
 pub async fn release(pool: &PgPool, name: &str, key: Option<&str>) -> Result<u64> {
     let mut tx = super::begin(pool).await?;
-    let released = sqlx::query(
-        "update limit_state s set held_until = null, held_reason = null \
-         from limits l \
-         where l.name = $1 and s.limit_name = l.name and s.held_until is not null \
-           and ($2::text is null or s.key = case when (l.spec->>'per_key')::boolean then $2 else '' end)",
-    )
-    .bind(name)
-    .bind(key)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
+    let released = sqlx::query(sql!("limits/release"))
+        .bind(name)
+        .bind(key)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
     tx.commit().await?;
     Ok(released)
 }
@@ -583,30 +461,15 @@ pub struct Usage {
 
 pub async fn usage(pool: &PgPool, name: &str, top: i64) -> Result<Usage> {
     let mut conn = pool.acquire().await?;
-    let keys: Vec<KeyUsage> = sqlx::query_as(
-        "with k as ( \
-             select key from limit_state where limit_name = $1 \
-             union select distinct key from limit_units where limit_name = $1 \
-         ) \
-         select k.key, \
-             (select coalesce(sum(u.cost), 0) from limit_units u \
-              where u.limit_name = $1 and u.key = k.key)::bigint as running, \
-             s.tat, case when s.held_until > now() then s.held_until end as held_until, \
-             case when s.held_until > now() then s.held_reason end as held_reason \
-         from k left join limit_state s on s.limit_name = $1 and s.key = k.key \
-         order by running desc, s.held_until desc nulls last, s.tat desc nulls last, k.key \
-         limit $2",
-    )
-    .bind(name)
-    .bind(top)
-    .fetch_all(&mut *conn)
-    .await?;
-    let (running, now): (i64, DateTime<Utc>) = sqlx::query_as(
-        "select (select coalesce(sum(cost), 0) from limit_units where limit_name = $1)::bigint, now()",
-    )
-    .bind(name)
-    .fetch_one(&mut *conn)
-    .await?;
+    let keys: Vec<KeyUsage> = sqlx::query_as(sql!("limits/usage_keys"))
+        .bind(name)
+        .bind(top)
+        .fetch_all(&mut *conn)
+        .await?;
+    let (running, now): (i64, DateTime<Utc>) = sqlx::query_as(sql!("limits/usage_total"))
+        .bind(name)
+        .fetch_one(&mut *conn)
+        .await?;
     Ok(Usage { keys, running, now })
 }
 
@@ -616,15 +479,11 @@ pub async fn instance_draw(
     instance_id: uuid::Uuid,
     name: &str,
 ) -> Result<Option<String>> {
-    let key: Option<Option<String>> = sqlx::query_scalar(
-        "select (select d->>'key' from jsonb_array_elements(coalesce(limit_draws, '[]'::jsonb)) d \
-                 where d->>'name' = $2 limit 1) \
-         from task_instance where id = $1",
-    )
-    .bind(instance_id)
-    .bind(name)
-    .fetch_optional(pool)
-    .await?;
+    let key: Option<Option<String>> = sqlx::query_scalar(sql!("limits/instance_draw"))
+        .bind(instance_id)
+        .bind(name)
+        .fetch_optional(pool)
+        .await?;
     match key {
         None => Err(Error::NotFound),
         Some(k) => Ok(k),
@@ -642,21 +501,8 @@ pub struct Gauge {
 /// [`Gauge`]s of every limit (at most 1,000), for `kairos_limit_in_use` and
 /// `kairos_limit_waiting`. The waiting count reads the due PENDING rows that draw on limits.
 pub async fn gauges(pool: &PgPool) -> Result<Vec<Gauge>> {
-    sqlx::query_as(
-        "with w as ( \
-             select d->>'name' as name, count(*) as n \
-             from task_instance i cross join lateral jsonb_array_elements(i.limit_draws) d \
-             where i.status = 'PENDING' and i.limit_draws is not null and i.available_at <= now() \
-               and exists (select 1 from limits) \
-             group by 1 \
-         ) \
-         select l.name, \
-             (select coalesce(sum(u.cost), 0) from limit_units u where u.limit_name = l.name)::bigint as in_use, \
-             coalesce(w.n, 0)::bigint as waiting \
-         from limits l left join w on w.name = l.name \
-         order by l.name limit 1000",
-    )
-    .fetch_all(pool)
-    .await
-    .map_err(crate::store::Error::from)
+    sqlx::query_as(sql!("limits/gauges"))
+        .fetch_all(pool)
+        .await
+        .map_err(crate::store::Error::from)
 }

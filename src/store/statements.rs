@@ -49,6 +49,30 @@ mod tests {
                 crate::store::instances::failures::RUNNING_ATTEMPT_COLUMNS.to_owned()
             }
             "queued work" => crate::store::instances::lease::queued_work_sql(),
+            "limit columns" => "name, spec, version, created_at, updated_at".to_owned(),
+            // The budgets that cannot start even one unit now, as (name, key) with key null
+            // for a limit without per_key: held, their rate spent (tat > now + burst·T), or
+            // their concurrency units all taken. A claim's pick passes over rows drawing on
+            // them; whether a row of a budget with some room fits is decided under its lock.
+            "blocked budgets" => "select l.name, \
+                case when (l.spec->>'per_key')::boolean then b.key end as key \
+                from limits l cross join lateral ( \
+                select s.key from limit_state s where s.limit_name = l.name \
+                and (s.held_until > now() \
+                or (l.spec ? 'rate' and s.tat > now() + make_interval(secs => \
+                (l.spec->'rate'->>'burst')::float8 * (l.spec->'rate'->>'per_seconds')::float8 \
+                / (l.spec->'rate'->>'count')::float8))) \
+                union \
+                select u.key from limit_units u where u.limit_name = l.name and l.spec ? 'concurrency' \
+                group by u.key having sum(u.cost) >= (l.spec->>'concurrency')::bigint \
+                ) b"
+                .to_owned(),
+            // True when instance row `i` draws on no budget of `blocked` (the CTE above).
+            "not blocked i" => "(i.limit_draws is null or not exists (select 1 from blocked) \
+                or not exists ( \
+                select 1 from jsonb_array_elements(i.limit_draws) d join blocked b \
+                on b.name = d->>'name' and (b.key is null or b.key = d->>'key')))"
+                .to_owned(),
             "task concurrency_limit" => TASK_LIMIT_SQL.to_string(),
             "task timeout_seconds" => TASK_TIMEOUT_SQL.to_string(),
             "task failure_threshold" => TASK_FAILURE_THRESHOLD_SQL.to_string(),

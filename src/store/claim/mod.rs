@@ -37,11 +37,11 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::Result;
-use super::instances::{INSTANCE_COLUMNS, InstanceRow};
+use super::instances::InstanceRow;
+use super::statements::sql;
 use crate::domain::claim::{Candidate, Pick, fair_pick, fair_pick_with};
 use crate::domain::instance::Instance;
 use crate::domain::limit::{RenderedDraw, admit_all};
-use crate::domain::task::DEFAULT_DISPATCH_TIMEOUT_SECONDS;
 use crate::domain::trace::WindowTrace;
 
 mod pick;
@@ -179,23 +179,9 @@ impl ClaimScope<'_> {
     }
 }
 
-use super::{PENDING_BY_ID, SourceIs, TASK_LIMIT_SQL, TASK_TIMEOUT_SQL};
-
-/// `i.status = 'PENDING'`: the candidates a claim locks are the sources of a claim.
-const CLAIMABLE: SourceIs = SourceIs::new("i.status", crate::domain::instance::Event::Claim);
-
 /// How long a push's lease outlives its wait for the answer: time to record the answer. A
 /// replica that dies mid-push leaves the instance to the reaper this soon after the wait.
 pub const PUSH_LEASE_MARGIN_SECONDS: i64 = 10;
-
-/// For `overlap: queue` tasks (`t` the tasks alias, `m` a chosen row, `$1` the chosen ids): no
-/// older available PENDING row of the task is outside this claim. Such a row may be held by a
-/// concurrent claimer; taking a newer one would break window order.
-const IN_ORDER_SQL: &str = "(coalesce(t.spec->'execution'->>'overlap', '') <> 'queue' \
-     or not exists (select 1 from task_instance o \
-         where o.task_id = m.task_id and o.status = 'PENDING' and o.available_at <= now() \
-           and (o.available_at, o.scheduled_at, o.id) < (m.available_at, m.scheduled_at, m.id) \
-           and o.id <> all($1)))";
 
 /// Several claims of one agent in one transaction (the coalesced claims of
 /// the batching layer's claim rounds): one pick over the sum of their `max_instances`, dealt
@@ -405,26 +391,19 @@ pub async fn next_available_at(
     agent_id: &str,
 ) -> Result<(Option<DateTime<Utc>>, DateTime<Utc>)> {
     // One probe of the claim index per priority: its rows are ordered by priority first.
-    sqlx::query_as(
-        "select (select min(m.at) from generate_series(0, 9) as p(n) \
-                 cross join lateral (select available_at as at from task_instance \
-                     where status = 'PENDING' and agent_id = $1 and priority = p.n \
-                     order by available_at limit 1) m), now()",
-    )
-    .bind(agent_id)
-    .fetch_one(pool)
-    .await
-    .map_err(crate::store::Error::from)
+    sqlx::query_as(sql!("claim/next_available_at"))
+        .bind(agent_id)
+        .fetch_one(pool)
+        .await
+        .map_err(crate::store::Error::from)
 }
 
 /// The agents with unpaused webhook tasks: the only agents whose work the webhook dispatcher
 /// claims. Read through `tasks_webhook_idx`, so it costs the webhook tasks, not the registry.
 pub async fn webhook_agents(pool: &PgPool) -> Result<HashSet<String>> {
-    let agents: Vec<String> = sqlx::query_scalar(
-        "select distinct agent_id from tasks where dispatch_mode = 'webhook' and not paused",
-    )
-    .fetch_all(pool)
-    .await?;
+    let agents: Vec<String> = sqlx::query_scalar(sql!("claim/webhook_agents"))
+        .fetch_all(pool)
+        .await?;
     Ok(agents.into_iter().collect())
 }
 
@@ -433,11 +412,6 @@ mod tests {
     use std::collections::HashMap;
 
     use super::{Grant, TaskRoom, grant};
-
-    #[test]
-    fn claim_candidates_are_the_sources_of_a_claim() {
-        assert_eq!(super::CLAIMABLE.to_string(), "i.status = 'PENDING'");
-    }
 
     fn g<'a>(id: u32, task: &'a str, slot: i32, taker: usize) -> Grant<'a, u32> {
         Grant {

@@ -7,6 +7,7 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::*;
+use crate::store::statements::sql;
 /// Step 1: lock candidates and choose fairly among them. Returns the chosen rows in claim order,
 /// and whether the head was read and could not settle the pick.
 pub(super) async fn pick(
@@ -139,31 +140,7 @@ async fn read_head(
     agent_id: &str,
     scan: usize,
 ) -> Result<Vec<CandidateRow>> {
-    let open = crate::store::limits::not_blocked_sql("i");
-    let blocked = crate::store::limits::BLOCKED_BUDGETS_SQL;
-    let sql = format!(
-        "with blocked as materialized ({blocked}), head as ( \
-             select i.id, i.task_id, i.priority, i.available_at, i.scheduled_at, i.limit_draws \
-             from task_instance i \
-             where {CLAIMABLE} and i.agent_id = $1 and i.available_at <= now() and {open} \
-             order by i.priority, i.available_at, i.scheduled_at, i.id \
-             limit $2 \
-             for update skip locked \
-         ), h as ( \
-             select head.*, row_number() over (partition by head.task_id) = 1 as first from head \
-         ) \
-         select h.id, h.task_id, h.first, r.room, r.lim, h.limit_draws as draws, h.priority from h \
-         left join lateral ( \
-             select l.lim, l.lim - (select count(*) from task_instance r \
-                 where r.task_id = h.task_id and r.status = 'RUNNING') as room \
-             from (select {TASK_LIMIT_SQL} as lim from tasks t \
-                   where t.id = h.task_id and not t.paused and t.dispatch_mode = 'poll' \
-                   offset 0) l \
-             where h.first \
-         ) r on true \
-         order by h.priority, h.available_at, h.scheduled_at, h.id"
-    );
-    let rows: Vec<HeadRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+    let rows: Vec<HeadRow> = sqlx::query_as(sql!("claim/pick/read_head"))
         .bind(agent_id)
         .bind(i64::try_from(scan).unwrap_or(i64::MAX))
         .fetch_all(&mut *conn)
@@ -203,47 +180,11 @@ async fn read_per_task(
     max: usize,
     share: Option<usize>,
 ) -> Result<Vec<CandidateRow>> {
-    let tasks_filter = match scope {
-        ClaimScope::Agent { .. } => "t.agent_id = $1 and t.dispatch_mode = 'poll'",
-        ClaimScope::Webhook { .. } => "t.dispatch_mode = 'webhook'",
+    let statement = match scope {
+        ClaimScope::Agent { .. } => sql!("claim/pick/read_per_task_agent"),
+        ClaimScope::Webhook { .. } => sql!("claim/pick/read_per_task_webhook"),
     };
-    let busy = crate::store::has_pending_sql(
-        "e.id",
-        "q.available_at <= now() and ($1::text is null or q.agent_id = $1)",
-    );
-    let open = crate::store::limits::not_blocked_sql("i");
-    let blocked = crate::store::limits::BLOCKED_BUDGETS_SQL;
-    let sql = format!(
-        "with blocked as materialized ({blocked}), eligible as materialized ( \
-             select t.id, least({TASK_LIMIT_SQL}, $2) as lim from tasks t \
-             where {tasks_filter} and not t.paused \
-         ), busy as ( \
-             select e.id, e.lim from eligible e \
-             where {busy} \
-         ), room as ( \
-             select b.id, b.lim, b.lim - (select count(*) from task_instance r \
-                 where r.task_id = b.id and r.status = 'RUNNING') as room \
-             from busy b \
-         ), fair as ( \
-             select coalesce($4::bigint, ($3::bigint + greatest(count(*), 1) - 1) / greatest(count(*), 1)) \
-                 as share \
-             from room where room > 0 \
-         ) \
-         select c.id, c.task_id, room.room, room.lim, c.limit_draws as draws, c.priority \
-         from room cross join fair \
-         cross join lateral ( \
-             select i.id, i.task_id, i.priority, i.available_at, i.scheduled_at, i.limit_draws \
-             from task_instance i \
-             where i.task_id = room.id and {CLAIMABLE} and i.available_at <= now() \
-               and ($1::text is null or i.agent_id = $1) and {open} \
-             order by i.priority, i.available_at, i.scheduled_at, i.id \
-             limit least(room.room, fair.share, $3) \
-             for update skip locked \
-         ) c \
-         where room.room > 0 \
-         order by c.priority, c.available_at, c.scheduled_at, c.id"
-    );
-    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+    sqlx::query_as(statement)
         .bind(scope.agent())
         .bind(scope.cap())
         .bind(i64::try_from(max).unwrap_or(i64::MAX))

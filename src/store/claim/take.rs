@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use super::pick::Chosen;
 use super::*;
+use crate::store::statements::sql;
 /// Step 2: reserve, per chosen task, up to as many permits as rows were chosen of it, among
 /// the permits no committed RUNNING row holds and no other claimer has reserved. Returns
 /// `(task_id, permit)` pairs; the reservations last until the transaction ends.
@@ -42,37 +43,15 @@ pub(super) async fn reserve_permits(
     // How many rows of each task may be taken (window order for queue tasks, in this fresh
     // snapshot), then that many free permits each. CASE fixes the order of the checks: a
     // permit held by a committed row is never locked in passing.
-    sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "with m as ( \
-             select i.id, i.task_id, i.available_at, i.scheduled_at from task_instance i \
-             where i.id = any($1) and {PENDING_BY_ID} \
-         ), gated as ( \
-             select m.task_id, count(*)::int as n from m join tasks t on t.id = m.task_id \
-             where {IN_ORDER_SQL} group by m.task_id \
-         ) \
-         select c.task_id, p.slot \
-         from unnest($2::text[], $3::int[], $4::int[], $5::int[]) as c(task_id, want, lim, off) \
-         join gated g on g.task_id = c.task_id \
-         cross join lateral ( \
-             select (x.n + c.off) % c.lim as slot \
-             from (select generate_series(0, c.lim - 1) as n) as x \
-             where case when exists (select 1 from task_instance r \
-                                     where r.task_id = c.task_id and r.status = 'RUNNING' \
-                                       and r.run_slot = (x.n + c.off) % c.lim) \
-                        then false \
-                        else pg_try_advisory_xact_lock(hashtext(c.task_id), (x.n + c.off) % c.lim) \
-                   end \
-             limit least(c.want, g.n) \
-         ) p"
-    )))
-    .bind(&ids)
-    .bind(&tasks)
-    .bind(&counts)
-    .bind(&lims)
-    .bind(&offsets)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(crate::store::Error::from)
+    sqlx::query_as(sql!("claim/take/reserve_permits"))
+        .bind(&ids)
+        .bind(&tasks)
+        .bind(&counts)
+        .bind(&lims)
+        .bind(&offsets)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(crate::store::Error::from)
 }
 
 /// Step 3a, in a fresh snapshot (it sees every claim committed before the permits were
@@ -118,37 +97,14 @@ async fn recheck(
 ) -> Result<Vec<Recheck>> {
     let tasks: Vec<&str> = permits.iter().map(|p| p.0.as_str()).collect();
     let slots: Vec<i32> = permits.iter().map(|p| p.1).collect();
-    sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select c.task_id, coalesce(t.claimable, false) as claimable, coalesce(t.lim, 0) as lim, \
-             coalesce(t.timeout, 0) as timeout, coalesce(t.push_lease, 0) as push_lease, \
-             case when exists (select 1 from task_instance r \
-                               where r.task_id = c.task_id and r.status = 'RUNNING' \
-                                 and r.run_slot >= coalesce(t.lim, 0)) \
-                  then (select count(*) from task_instance r \
-                        where r.task_id = c.task_id and r.status = 'RUNNING') \
-                  else 0 end as running, \
-             array(select s from unnest(c.slots) as s \
-                   where s < coalesce(t.lim, 0) and not exists (select 1 from task_instance r where r.task_id = c.task_id \
-                                     and r.status = 'RUNNING' and r.run_slot = s) \
-                   order by s) as free \
-         from (select task_id, array_agg(slot) as slots \
-               from unnest($1::text[], $2::int[]) as p(task_id, slot) group by task_id) as c \
-         left join lateral ( \
-             select not t.paused and t.dispatch_mode = $3 as claimable, \
-                 least({TASK_LIMIT_SQL}, $4) as lim, {TASK_TIMEOUT_SQL} as timeout, \
-                 least(coalesce((t.spec->'dispatch'->>'timeout_seconds')::bigint, \
-                     {DEFAULT_DISPATCH_TIMEOUT_SECONDS}), {TASK_TIMEOUT_SQL}) \
-                     + {PUSH_LEASE_MARGIN_SECONDS} as push_lease \
-             from tasks t where t.id = c.task_id offset 0 \
-         ) t on true"
-    )))
-    .bind(&tasks)
-    .bind(&slots)
-    .bind(scope.mode())
-    .bind(scope.cap())
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(crate::store::Error::from)
+    sqlx::query_as(sql!("claim/take/recheck"))
+        .bind(&tasks)
+        .bind(&slots)
+        .bind(scope.mode())
+        .bind(scope.cap())
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(crate::store::Error::from)
 }
 
 /// What [`grant`] needs of a chosen task, read in the fresh snapshot.
@@ -249,30 +205,7 @@ pub(super) async fn take(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let sql = format!(
-        "with g as ( \
-             select * from unnest($1::uuid[], $2::int[], $3::int[], $4::float8[], $5::float8[], \
-                 $6::text[], $7::text[]) as g(id, slot, taker, lease, timeout, worker, actor) \
-         ), upd as ( \
-             update task_instance i set status = 'RUNNING', lease_token = gen_random_uuid(), \
-                 lease_expires_at = clock_timestamp() + make_interval(secs => g.lease), \
-                 deadline_at = clock_timestamp() + make_interval(secs => g.timeout), \
-                 worker_id = g.worker, started_at = coalesce($8, now()), updated_at = now(), \
-                 claimed_by = g.actor, run_slot = g.slot \
-             from g where i.id = g.id and {PENDING_BY_ID} \
-             returning i.*, g.taker, g.timeout \
-         ) \
-         select {INSTANCE_COLUMNS}, taker, lease_token, \
-             t.context || coalesce(context_override, '{{}}'::jsonb) as context, \
-             t.dispatch, timeout::bigint as timeout_seconds \
-         from upd cross join lateral ( \
-             select coalesce(t.spec->'context', '{{}}'::jsonb) as context, \
-                 t.spec->'dispatch' as dispatch \
-             from tasks t where t.id = upd.task_id offset 0 \
-         ) t \
-         order by priority, available_at, scheduled_at, id"
-    );
-    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+    sqlx::query_as(sql!("claim/take/take"))
         .bind(&ids)
         .bind(&slots)
         .bind(&taker_of)

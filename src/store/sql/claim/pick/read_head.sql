@@ -1,0 +1,58 @@
+-- The head of an agent's work: its oldest available PENDING rows (locked, skipping rows other
+-- claimers hold), passing over rows that draw on a budget with no room now ("blocked": held,
+-- its rate spent, or its concurrency units all taken). Each task's limit and RUNNING count are
+-- read once, on its first head row, by a lookup per row: the work grows with the head,
+-- whatever the planner thinks of its size.
+-- $1 agent id, $2 how many rows.
+with blocked as materialized (
+    /* fragment: blocked budgets */ select l.name,
+        case when (l.spec->>'per_key')::boolean then b.key end as key
+    from limits l
+    cross join lateral (
+        select s.key
+        from limit_state s
+        where s.limit_name = l.name
+          and (s.held_until > now()
+               or (l.spec ? 'rate' and s.tat > now() + make_interval(secs =>
+                   (l.spec->'rate'->>'burst')::float8 * (l.spec->'rate'->>'per_seconds')::float8
+                   / (l.spec->'rate'->>'count')::float8)))
+        union
+        select u.key
+        from limit_units u
+        where u.limit_name = l.name and l.spec ? 'concurrency'
+        group by u.key
+        having sum(u.cost) >= (l.spec->>'concurrency')::bigint
+    ) b
+), head as (
+    select i.id, i.task_id, i.priority, i.available_at, i.scheduled_at, i.limit_draws
+    from task_instance i
+    where /* fragment: sources of claim */ i.status = 'PENDING'
+      and i.agent_id = $1
+      and i.available_at <= now()
+      and /* fragment: not blocked i */ (i.limit_draws is null
+           or not exists (select 1 from blocked)
+           or not exists (
+               select 1 from jsonb_array_elements(i.limit_draws) d
+               join blocked b on b.name = d->>'name' and (b.key is null or b.key = d->>'key')))
+    order by i.priority, i.available_at, i.scheduled_at, i.id
+    limit $2
+    for update skip locked
+), h as (
+    select head.*, row_number() over (partition by head.task_id) = 1 as first
+    from head
+)
+select h.id, h.task_id, h.first, r.room, r.lim, h.limit_draws as draws, h.priority
+from h
+left join lateral (
+    select l.lim,
+        l.lim - (select count(*) from task_instance r
+                 where r.task_id = h.task_id and r.status = 'RUNNING') as room
+    from (
+        select /* fragment: task concurrency_limit */ coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1) as lim
+        from tasks t
+        where t.id = h.task_id and not t.paused and t.dispatch_mode = 'poll'
+        offset 0
+    ) l
+    where h.first
+) r on true
+order by h.priority, h.available_at, h.scheduled_at, h.id

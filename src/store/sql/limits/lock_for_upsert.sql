@@ -1,0 +1,5 @@
+-- A limit about to be replaced, locked until the replacement commits. $1 name.
+select /* fragment: limit columns */ name, spec, version, created_at, updated_at
+from limits
+where name = $1
+for no key update
