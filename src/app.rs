@@ -381,7 +381,7 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
         check_migrated(&cfg).await?;
     }
     let health = DbHealth::default();
-    let settings = DbSettings::from_config(&cfg);
+    let settings = DbSettings::from(&cfg);
     let pool = store::connect(
         &cfg.database_url,
         cfg.api_connections(),
@@ -455,7 +455,7 @@ pub async fn migrate(cfg: Config) -> anyhow::Result<()> {
 async fn check_migrated(cfg: &Config) -> anyhow::Result<()> {
     let settings = DbSettings {
         acquire_timeout: Duration::from_secs(30),
-        ..DbSettings::from_config(cfg)
+        ..DbSettings::from(cfg)
     };
     let pool = store::connect(&cfg.database_url, 1, &settings, DbHealth::default())
         .await
@@ -488,7 +488,7 @@ async fn connect_and_migrate(cfg: &Config, max_connections: u32) -> anyhow::Resu
     // Migrations run without statement and lock timeouts: an index build may take long.
     let settings = DbSettings {
         acquire_timeout: Duration::from_secs(30),
-        ..DbSettings::from_config(cfg).unbounded().direct()
+        ..DbSettings::from(cfg).unbounded().direct()
     };
     let pool = store::connect(
         cfg.migrate_url(),

@@ -16,7 +16,8 @@ use std::str::FromStr;
 
 use serde::Deserialize;
 
-pub use values::{DatabasePooler, DatabaseUrl, LogFormat, Secret, redact_database_url};
+pub use crate::store::{DatabasePooler, LISTEN_CONNECTIONS};
+pub use values::{DatabaseUrl, LogFormat, Secret, redact_database_url};
 
 /// Declares every setting once, as `key: Type = default`, and makes from that one list the
 /// [`Config`] struct, its `Default` and the reading of each key's `KAIROS_<KEY>` variable, so a
@@ -120,13 +121,33 @@ settings! {
     otel_endpoint: String = String::new(),
 }
 
-/// Connections held by LISTEN: the claims' work signal and the trigger loop's task changes.
-pub const LISTEN_CONNECTIONS: u32 = 2;
 /// Connections the background loops other than the trigger's batches share (retry scanner,
 /// reaper, dispatcher, notifier, pruner, stats sampler: short transactions that may queue).
 pub const SHARED_LOOP_CONNECTIONS: u32 = 2;
 /// Fewest connections the API pool may have (group commits plus a claim).
 pub const MIN_API_CONNECTIONS: u32 = 4;
+
+/// The database session bounds of this configuration.
+impl From<&Config> for crate::store::DbSettings {
+    fn from(cfg: &Config) -> Self {
+        Self {
+            acquire_timeout: std::time::Duration::from_millis(cfg.database_unavailable_answer_ms),
+            statement_timeout_ms: cfg.db_statement_timeout_ms,
+            lock_timeout_ms: cfg.db_lock_timeout_ms,
+            idle_in_transaction_timeout_ms: cfg.db_idle_in_transaction_timeout_ms,
+            keepalive_seconds: cfg.db_keepalive_seconds,
+            ping_timeout: std::time::Duration::from_millis(cfg.database_unavailable_answer_ms),
+            pooler: cfg.database_pooler,
+        }
+    }
+}
+
+/// The session bounds of the default configuration.
+impl Default for crate::store::DbSettings {
+    fn default() -> Self {
+        Self::from(&Config::default())
+    }
+}
 
 impl Config {
     /// The URL of the LISTEN connections: `listen_database_url`, else `database_url`.

@@ -1,5 +1,5 @@
-//! The types of the settings that are not plain numbers or strings: the log format, the pooler
-//! in front of PostgreSQL, and the two values `Debug` must not show whole (a secret, and the
+//! The types of the settings that are not plain numbers or strings: the log format and the two
+//! values `Debug` must not show whole (a secret, and the
 //! database URL with its passwords hidden by [`redact_database_url`]).
 
 use std::str::FromStr;
@@ -20,28 +20,6 @@ impl FromStr for LogFormat {
             "text" => Ok(LogFormat::Text),
             "json" => Ok(LogFormat::Json),
             _ => Err("must be text or json".to_owned()),
-        }
-    }
-}
-
-/// What stands between kairos and PostgreSQL on `database_url` (docs/pgbouncer.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DatabasePooler {
-    /// `database_url` is PostgreSQL itself (or a pooler in session mode).
-    None,
-    /// PgBouncer in transaction pooling mode with its stock settings: no session state, no
-    /// prepared statement outlives a transaction, every statement runs inside one.
-    Pgbouncer,
-}
-
-impl FromStr for DatabasePooler {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "none" => Ok(DatabasePooler::None),
-            "pgbouncer" => Ok(DatabasePooler::Pgbouncer),
-            _ => Err("must be none or pgbouncer".to_owned()),
         }
     }
 }

@@ -423,7 +423,7 @@ pub async fn connect(
     settings: &DbSettings,
     health: DbHealth,
 ) -> Result<PgPool, sqlx::Error> {
-    if settings.pooler == crate::config::DatabasePooler::Pgbouncer {
+    if settings.pooler == super::DatabasePooler::Pgbouncer {
         // PgBouncer stands for one database (it follows the primary itself): one host, every
         // connection handed out inside a transaction (`super::pgbouncer_begin`).
         let options: PgConnectOptions = url.parse()?;

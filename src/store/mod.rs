@@ -30,7 +30,10 @@ pub use connect::connect;
 pub use migrations::{
     MIGRATOR, migrate, migration_lock_key, migrations_applied, missing_migrations,
 };
-pub use pool::{DbSettings, hands_out_transactions, listen_pool, listener, pgbouncer_begin};
+pub use pool::{
+    DatabasePooler, DbSettings, LISTEN_CONNECTIONS, hands_out_transactions, listen_pool, listener,
+    pgbouncer_begin,
+};
 pub(crate) use pool::{pgbouncer_options, pgbouncer_pool};
 
 /// The channel a task change is announced on, waking every replica's trigger loop.

@@ -3,6 +3,9 @@
 //! connections out in, and the pool the LISTEN connections come from. Opening the pools over
 //! one or several hosts is `connect`'s.
 
+use std::str::FromStr;
+
+use serde::Deserialize;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Executor, PgConnection, PgPool};
 
@@ -29,32 +32,39 @@ pub struct DbSettings {
     pub ping_timeout: std::time::Duration,
     /// What stands between this process and PostgreSQL (`database_pooler`): with PgBouncer
     /// the pool runs every statement in a transaction of its own making ([`connect()`]).
-    pub pooler: crate::config::DatabasePooler,
+    pub pooler: DatabasePooler,
 }
 
-impl Default for DbSettings {
-    fn default() -> Self {
-        Self::from_config(&crate::config::Config::default())
-    }
+/// What stands between kairos and PostgreSQL on `database_url` (`database_pooler`, docs/pgbouncer.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DatabasePooler {
+    /// `database_url` is PostgreSQL itself (or a pooler in session mode).
+    None,
+    /// PgBouncer in transaction pooling mode with its stock settings: no session state, no
+    /// prepared statement outlives a transaction, every statement runs inside one.
+    Pgbouncer,
 }
 
-impl DbSettings {
-    pub fn from_config(cfg: &crate::config::Config) -> Self {
-        Self {
-            acquire_timeout: std::time::Duration::from_millis(cfg.database_unavailable_answer_ms),
-            statement_timeout_ms: cfg.db_statement_timeout_ms,
-            lock_timeout_ms: cfg.db_lock_timeout_ms,
-            idle_in_transaction_timeout_ms: cfg.db_idle_in_transaction_timeout_ms,
-            keepalive_seconds: cfg.db_keepalive_seconds,
-            ping_timeout: std::time::Duration::from_millis(cfg.database_unavailable_answer_ms),
-            pooler: cfg.database_pooler,
+impl FromStr for DatabasePooler {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" => Ok(DatabasePooler::None),
+            "pgbouncer" => Ok(DatabasePooler::Pgbouncer),
+            _ => Err("must be none or pgbouncer".to_owned()),
         }
     }
+}
 
+/// Connections held by LISTEN: the claims' work signal and the trigger loop's task changes.
+pub const LISTEN_CONNECTIONS: u32 = 2;
+
+impl DbSettings {
     /// The same bounds on a connection straight to PostgreSQL (LISTEN, migrations).
     pub fn direct(&self) -> Self {
         Self {
-            pooler: crate::config::DatabasePooler::None,
+            pooler: DatabasePooler::None,
             ..self.clone()
         }
     }
@@ -225,20 +235,14 @@ async fn bounded<T>(
 /// own whatever `database_url` goes through: straight to PostgreSQL, with the session's bounds.
 /// Built like every pool ([`connect()`]), so a URL naming several hosts keeps it on the primary
 /// and moves it on failover; each listener opens its connection in a pool of its own, where
-/// this one's new connections go ([`connect::listen`]), [`crate::config::LISTEN_CONNECTIONS`]
+/// this one's new connections go ([`connect::listen`]), [`LISTEN_CONNECTIONS`]
 /// in all.
 pub async fn listen_pool(
     url: &str,
     settings: &DbSettings,
     health: health::DbHealth,
 ) -> Result<PgPool, sqlx::Error> {
-    connect(
-        url,
-        crate::config::LISTEN_CONNECTIONS,
-        &settings.direct(),
-        health,
-    )
-    .await
+    connect(url, LISTEN_CONNECTIONS, &settings.direct(), health).await
 }
 
 /// A connection listening on `channel`, opened where `pool` (a [`listen_pool`]) connects: the
@@ -263,7 +267,7 @@ mod tests {
             idle_in_transaction_timeout_ms: 30_000,
             keepalive_seconds: 5,
             ping_timeout: std::time::Duration::from_secs(2),
-            pooler: crate::config::DatabasePooler::None,
+            pooler: DatabasePooler::None,
         };
         let names: Vec<String> = s
             .session_options()
