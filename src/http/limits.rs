@@ -15,6 +15,7 @@ use crate::problem::ApiError;
 use crate::route_table::RouteTable;
 use crate::state::AppState;
 use crate::store::{self, limits as store_limits};
+use crate::usecases::limits::{self as limits_usecase, HoldRequest, not_found_limit};
 
 pub fn routes(t: RouteTable) -> RouteTable {
     t.put("/v1/limits/{name}", put_limit)
@@ -29,13 +30,6 @@ fn valid_name(name: &str) -> Result<(), ApiError> {
     TaskId::parse(name)
         .map(|_| ())
         .map_err(|m| ApiError::invalid("name", m.replace("task id", "limit name")))
-}
-
-fn not_found(e: store::Error, name: &str) -> ApiError {
-    match e {
-        store::Error::NotFound => ApiError::NotFound(format!("no limit named {name:?}")),
-        e => e.into(),
-    }
 }
 
 fn rate_json(r: &Rate) -> Value {
@@ -174,7 +168,7 @@ async fn get_limit(
 ) -> Result<Response, ApiError> {
     let limit = store_limits::get_limit(&state.pool, &name)
         .await
-        .map_err(|e| not_found(e, &name))?;
+        .map_err(|e| not_found_limit(e, &name))?;
     let view = limit_view(&state, &limit).await?;
     Ok(with_etag(StatusCode::OK, view, limit.version))
 }
@@ -194,7 +188,7 @@ async fn delete_limit(
 ) -> Result<StatusCode, ApiError> {
     store_limits::delete_limit(&state.pool, &name)
         .await
-        .map_err(|e| not_found(e, &name))?;
+        .map_err(|e| not_found_limit(e, &name))?;
     tracing::info!(limit = %name, "limit deleted");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -211,30 +205,12 @@ async fn hold_limit(
         return Err(ApiError::invalid("seconds", "is required"));
     }
     let seconds = int_field(&m, "seconds", 1, 1, MAX_HOLD_SECONDS)?;
-    let key = string_field(&m, "key", false, MAX_KEY_LEN)?;
-    let reason = string_field(&m, "reason", false, MAX_REASON_LEN)?
-        .unwrap_or_else(|| "held by operator".to_owned());
-    let limit = store_limits::get_limit(&state.pool, &name)
-        .await
-        .map_err(|e| not_found(e, &name))?;
-    if limit.spec.per_key && key.is_none() {
-        return Err(ApiError::invalid(
-            "key",
-            "is required: the limit keeps a budget per key",
-        ));
-    }
-    let mut tx = store::begin(&state.pool).await?;
-    let until = store_limits::hold(
-        &mut tx,
-        &name,
-        key.as_deref().unwrap_or(""),
+    let req = HoldRequest {
         seconds,
-        &reason,
-    )
-    .await
-    .map_err(|e| not_found(e, &name))?;
-    tx.commit().await.map_err(crate::store::Error::from)?;
-    tracing::info!(limit = %name, key = %key.as_deref().unwrap_or(""), held_until = %format_instant(until), reason = %reason, "limit held");
+        key: string_field(&m, "key", false, MAX_KEY_LEN)?,
+        reason: string_field(&m, "reason", false, MAX_REASON_LEN)?,
+    };
+    let (limit, _) = limits_usecase::hold(&state.pool, &name, req, "api").await?;
     let view = limit_view(&state, &limit).await?;
     Ok(with_etag(StatusCode::OK, view, limit.version))
 }
@@ -248,11 +224,7 @@ async fn release_limit(
 ) -> Result<Response, ApiError> {
     let m = body_object(body, &["key"])?;
     let key = string_field(&m, "key", false, MAX_KEY_LEN)?;
-    let limit = store_limits::get_limit(&state.pool, &name)
-        .await
-        .map_err(|e| not_found(e, &name))?;
-    let n = store_limits::release(&state.pool, &name, key.as_deref()).await?;
-    tracing::info!(limit = %name, key = ?key, released = n, "limit hold lifted");
+    let (limit, _) = limits_usecase::release(&state.pool, &name, key.as_deref(), "api").await?;
     let view = limit_view(&state, &limit).await?;
     Ok(with_etag(StatusCode::OK, view, limit.version))
 }

@@ -17,7 +17,7 @@ use crate::domain::task::MAX_REASON_LEN;
 use crate::state::AppState;
 use crate::store::limits::{self as store_limits, Limit};
 use crate::store::waiting::{Waiting, waiting_on};
-use crate::store::{self};
+use crate::usecases::limits::{self as limits_usecase, HoldRequest};
 
 /// Keys shown at once in a per_key limit's row; the rest (of the busiest the store returns)
 /// behind a disclosure.
@@ -324,65 +324,28 @@ pub async fn limit_action(
     Path((name, action)): Path<(String, String)>,
     form: AdminForm,
 ) -> UiResult {
-    let limit = match store_limits::get_limit(&state.pool, &name).await {
-        Ok(l) => l,
-        Err(store::Error::NotFound) => {
-            return Err(UiError::not_found(format!("no limit named {name:?}")));
-        }
-        Err(e) => return Err(e.into()),
-    };
     let key = form.get("key").map(str::trim).map(str::to_owned);
-    if key
-        .as_deref()
-        .is_some_and(|k| k.len() > MAX_KEY_LEN || k.chars().any(char::is_control))
-    {
-        return Err(UiError::bad_request(format!(
-            "key: at most {MAX_KEY_LEN} bytes without control characters"
-        )));
-    }
-    let principal = &form.session.principal.label;
+    let by = format!("console:{}", form.session.principal.label);
     match action.as_str() {
         "hold" => {
             let seconds = form
                 .get("seconds")
                 .and_then(|s| s.trim().parse::<i64>().ok())
-                .filter(|s| (1..=MAX_HOLD_SECONDS).contains(s))
                 .ok_or_else(|| {
                     UiError::bad_request(format!(
                         "seconds: an integer from 1 to {MAX_HOLD_SECONDS}"
                     ))
                 })?;
-            if limit.spec.per_key && key.is_none() {
-                return Err(UiError::bad_request(
-                    "key: is required: the limit keeps a budget per key",
-                ));
-            }
-            let reason = form
-                .get("reason")
-                .unwrap_or("held by operator")
-                .trim()
-                .to_owned();
-            if reason.len() > MAX_REASON_LEN || reason.chars().any(char::is_control) {
-                return Err(UiError::bad_request(format!(
-                    "reason: at most {MAX_REASON_LEN} bytes without control characters"
-                )));
-            }
-            let mut tx = store::begin(&state.pool).await?;
-            let until = store_limits::hold(
-                &mut tx,
-                &name,
-                key.as_deref().unwrap_or(""),
+            let req = HoldRequest {
                 seconds,
-                &reason,
-            )
-            .await?;
-            tx.commit().await.map_err(crate::store::Error::from)?;
-            tracing::info!(limit = %name, key = %key.as_deref().unwrap_or(""), held_until = %crate::domain::schedule::format_instant(until), reason = %reason, principal = %principal, "limit held from the console");
+                key,
+                reason: form.get("reason").map(str::trim).map(str::to_owned),
+            };
+            limits_usecase::hold(&state.pool, &name, req, &by).await?;
             Ok(Redirect::to(&format!("/ui/limits?done=held#limit-{name}")).into_response())
         }
         "release" => {
-            let n = store_limits::release(&state.pool, &name, key.as_deref()).await?;
-            tracing::info!(limit = %name, key = ?key, released = n, principal = %principal, "limit hold lifted from the console");
+            limits_usecase::release(&state.pool, &name, key.as_deref(), &by).await?;
             Ok(Redirect::to(&format!("/ui/limits?done=released#limit-{name}")).into_response())
         }
         other => Err(UiError::not_found(format!("no limit action {other:?}"))),

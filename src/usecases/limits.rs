@@ -1,7 +1,14 @@
-//! A shared limit's live usage, read the same way for `/v1/limits` and the console's Limits page.
+//! What the API and the console both do with shared limits: read a limit's live usage, hold
+//! and release it.
 
+use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
+use crate::domain::limit::{MAX_HOLD_SECONDS, MAX_KEY_LEN};
+use crate::domain::schedule::format_instant;
+use crate::domain::task::MAX_REASON_LEN;
+use crate::problem::ApiError;
+use crate::store::limits::Limit;
 use crate::store::{self, limits as store_limits};
 
 /// Most keys a per_key limit's view lists (the busiest).
@@ -10,4 +17,85 @@ pub const MAX_KEYS_SHOWN: i64 = 20;
 /// The usage of limit `name`: units in use, and its busiest keys (at most [`MAX_KEYS_SHOWN`]).
 pub async fn usage(pool: &PgPool, name: &str) -> Result<store_limits::Usage, store::Error> {
     store_limits::usage(pool, name, MAX_KEYS_SHOWN).await
+}
+
+/// A hold asked for by an operator (`POST /v1/limits/{name}/hold` or the console's form).
+pub struct HoldRequest {
+    pub seconds: i64,
+    /// The rendered key: required for a `per_key` limit, ignored otherwise.
+    pub key: Option<String>,
+    pub reason: Option<String>,
+}
+
+/// A limit that does not exist answers 404 naming it.
+pub fn not_found_limit(e: store::Error, name: &str) -> ApiError {
+    match e {
+        store::Error::NotFound => ApiError::NotFound(format!("no limit named {name:?}")),
+        e => e.into(),
+    }
+}
+
+/// A key or reason: at most `max` bytes, no control characters.
+fn check_text(field: &str, value: Option<&str>, max: usize) -> Result<(), ApiError> {
+    match value {
+        Some(v) if v.len() > max || v.chars().any(char::is_control) => Err(ApiError::invalid(
+            field,
+            format!("at most {max} bytes without control characters"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Hold limit `name` (on `req.key` for a `per_key` limit) for `req.seconds`: nothing that draws
+/// on it starts until then. `by` names who asked, for the log. Returns the limit and the
+/// instant held until.
+pub async fn hold(
+    pool: &PgPool,
+    name: &str,
+    req: HoldRequest,
+    by: &str,
+) -> Result<(Limit, DateTime<Utc>), ApiError> {
+    if !(1..=MAX_HOLD_SECONDS).contains(&req.seconds) {
+        return Err(ApiError::invalid(
+            "seconds",
+            format!("must be an integer from 1 to {MAX_HOLD_SECONDS}"),
+        ));
+    }
+    check_text("key", req.key.as_deref(), MAX_KEY_LEN)?;
+    check_text("reason", req.reason.as_deref(), MAX_REASON_LEN)?;
+    let limit = store_limits::get_limit(pool, name)
+        .await
+        .map_err(|e| not_found_limit(e, name))?;
+    if limit.spec.per_key && req.key.is_none() {
+        return Err(ApiError::invalid(
+            "key",
+            "is required: the limit keeps a budget per key",
+        ));
+    }
+    let key = req.key.unwrap_or_default();
+    let reason = req.reason.unwrap_or_else(|| "held by operator".to_owned());
+    let mut tx = store::begin(pool).await?;
+    let until = store_limits::hold(&mut tx, name, &key, req.seconds, &reason)
+        .await
+        .map_err(|e| not_found_limit(e, name))?;
+    tx.commit().await.map_err(store::Error::from)?;
+    tracing::info!(limit = %name, key = %key, held_until = %format_instant(until), reason = %reason, by = %by, "limit held");
+    Ok((limit, until))
+}
+
+/// Lift the hold of limit `name` on `key` (every hold of the limit when `None`). Returns the
+/// limit and how many budgets were released.
+pub async fn release(
+    pool: &PgPool,
+    name: &str,
+    key: Option<&str>,
+    by: &str,
+) -> Result<(Limit, u64), ApiError> {
+    check_text("key", key, MAX_KEY_LEN)?;
+    let limit = store_limits::get_limit(pool, name)
+        .await
+        .map_err(|e| not_found_limit(e, name))?;
+    let n = store_limits::release(pool, name, key).await?;
+    tracing::info!(limit = %name, key = ?key, released = n, by = %by, "limit hold lifted");
+    Ok((limit, n))
 }
