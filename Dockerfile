@@ -2,8 +2,8 @@
 
 FROM rust:1.95-bookworm AS builder
 WORKDIR /src
-# Everything the build embeds: sqlx::migrate! reads ./migrations and include_str! reads
-# openapi.yaml at compile time. Of the workspace's other member, the benchmark, cargo reads only
+# Everything the build embeds: sqlx::migrate! reads ./migrations, the store's statements are
+# read from src/store/sql, and openapi.yaml is embedded, all at compile time. Of the workspace's other member, the benchmark, cargo reads only
 # the manifest here: the daemon alone is built.
 COPY Cargo.toml Cargo.lock ./
 COPY bench/Cargo.toml ./bench/

@@ -26,12 +26,19 @@ async fn every_statement_file_prepares_against_the_schema(pool: PgPool) {
     let mut files = Vec::new();
     statement_files(&dir, &mut files);
     files.sort();
-    assert!(files.len() > 1, "no statement files under {}", dir.display());
+    assert!(
+        files.len() > 1,
+        "no statement files under {}",
+        dir.display()
+    );
     let mut conn = pool.acquire().await.expect("connection");
     let mut failures = Vec::new();
     for path in &files {
         let text = std::fs::read_to_string(path).expect("statement file");
-        if let Err(e) = (&mut *conn).prepare(AssertSqlSafe(text).into_sql_str()).await {
+        if let Err(e) = (&mut *conn)
+            .prepare(AssertSqlSafe(text).into_sql_str())
+            .await
+        {
             failures.push(format!("{}: {e}", path.display()));
         }
     }
