@@ -8,10 +8,9 @@ use kairos::cli::{self, Conn, InstanceCommand, LimitCommand, TaskCommand};
 use kairos::config::Config;
 use kairos::domain::schedule::{CronSchedule, format_instant};
 
-/// The daemon's allocator. Measured under load (claims and completions over HTTP), glibc's
-/// malloc took about half of the daemon's own CPU (`_int_malloc`, `unlink_chunk`,
-/// `malloc_consolidate`): every request builds and drops JSON values and buffers on many
-/// threads. mimalloc's thread-local free lists serve the same pattern for a fraction of that.
+/// The daemon's allocator: every request builds and drops JSON values and buffers on many
+/// threads, which mimalloc's thread-local free lists serve far more cheaply than glibc's malloc
+/// (docs/decisions.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -93,10 +93,9 @@ pub fn canonical_window_key(key: &str) -> Option<String> {
 
 /// The window key of a scheduled instant: RFC 3339 UTC with seconds, e.g. `2026-11-29T00:30:00Z`.
 ///
-/// Written with integer formatting: the trigger loop keys every window it writes, and `format`
-/// parses its pattern on each call (measured at about a tenth of the loop's own CPU with 100,000
-/// windows due at once). Instants `format` would write differently (years outside 0–9999, a
-/// leap second) still go through it.
+/// Written with integer formatting, because the trigger loop keys every window it writes and
+/// `format` parses its pattern on each call. Instants `format` would write differently (years
+/// outside 0–9999, a leap second) still go through it.
 pub fn window_key(at: DateTime<Utc>) -> String {
     use chrono::{Datelike, Timelike};
     let year = at.year();

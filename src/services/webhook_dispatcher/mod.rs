@@ -18,12 +18,10 @@
 //!
 //! Throughput: a claim takes as many instances as there are free slots, and successes are
 //! recorded through the group commit in lots (`start_recorder`), so a task's backlog moves in
-//! batches both ways. Most of a small claim's or commit's PostgreSQL time does not depend on
-//! its size, so batch sizes decide the cost per push: at `max_per_task` 8, one task's backlog
-//! went in claims of about four instances at about 1 ms of PostgreSQL CPU per instance (1,000
-//! pushes/s on 2 cores); at 256, about 0.1 ms (over 5,000/s). The push's own future is kept
-//! small (its request is boxed, its body serialised from the claim's fields without a JSON
-//! tree): at thousands of pushes a second, moving large futures around showed in profiles.
+//! batches both ways: most of a small claim's or commit's PostgreSQL time does not depend on
+//! its size, so batch sizes decide the cost per push. The push's own future is kept small (its
+//! request is boxed, its body serialised from the claim's fields without a JSON tree), as it
+//! is moved thousands of times a second.
 //!
 //! Every replica's dispatcher hears every agent's work notifications, and most name agents
 //! without webhook tasks. It keeps the set of agents with webhook tasks and claims only for

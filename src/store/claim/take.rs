@@ -33,8 +33,7 @@ pub(super) async fn reserve_permits(
     let lims: Vec<i32> = want.iter().map(|w| w.2.max(0)).collect();
     // A random first permit per claim spreads concurrent claimers over the permit space. The
     // permits are generated in the select list, so they are produced one at a time and the
-    // LIMIT stops them: `generate_series` in FROM would materialise all `lim` of them per task
-    // (a task with limit 1000 cost 80 µs per claim that way).
+    // LIMIT stops them (`generate_series` in FROM would materialise all `lim` of them per task).
     let offsets: Vec<i32> = want
         .iter()
         .map(|w| i32::try_from(rand::random::<u32>() % w.2.max(1).unsigned_abs()).unwrap_or(0))
@@ -69,8 +68,8 @@ struct Recheck {
     /// limit was lowered, or another replica caps pushes higher); otherwise 0. Below the
     /// limit the free permits bound a claim by themselves: the permits are 0..lim-1, each
     /// held by at most one RUNNING row, so the free ones number at most `lim - running`.
-    /// Counting every claim cost more than the rest of this step: during a drain a task's
-    /// run-slot entries are mostly those of just-finished rows, each read in the heap.
+    /// Not counted on every claim: during a drain a task's run-slot entries are mostly those
+    /// of just-finished rows, each read in the heap.
     running: i64,
     /// Reserved permits still free and below `lim` (it may have been lowered since the
     /// permits were reserved), ascending.

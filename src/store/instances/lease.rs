@@ -226,10 +226,8 @@ pub(crate) async fn complete_in(
 /// transaction, read *before* they change: a finished slot may unblock the task's queued work,
 /// so the agent is woken where the task has PENDING work. Where the task was below its limit
 /// that work was claimable already and the NOTIFY wakes nobody (it is one per agent and
-/// transaction: PostgreSQL folds repeats). Testing for the limit first cost more than the
-/// NOTIFY it saved: it counted the task's RUNNING rows, and during a drain the run-slot index
-/// of a task holds mostly entries of just-finished rows, each read in the heap (single
-/// completes, 16 agents: about half of a completion's statement time).
+/// transaction: PostgreSQL folds repeats). The limit is not tested first: that counts the
+/// task's RUNNING rows, which during a drain costs more than the NOTIFY it saves.
 pub fn queued_work_sql() -> String {
     crate::store::has_pending_sql("t.id", "true")
 }
