@@ -35,7 +35,7 @@ mod tests {
     use std::collections::BTreeSet;
     use std::path::{Path, PathBuf};
 
-    use crate::domain::instance::{Event, legal_sources};
+    use crate::domain::instance::{Event, InstanceStatus, legal_sources};
     use crate::store::{
         TASK_FAILURE_THRESHOLD_SQL, TASK_LIMIT_SQL, TASK_TIMEOUT_SQL, status_in_sql,
     };
@@ -45,9 +45,13 @@ mod tests {
     fn fragment(name: &str) -> Option<String> {
         Some(match name {
             "instance columns" => crate::store::instances::INSTANCE_COLUMNS.to_owned(),
-            "running attempt columns" => {
-                crate::store::instances::failures::RUNNING_ATTEMPT_COLUMNS.to_owned()
-            }
+            // The `RunningAttempt` columns but `expiry` and `lost_to_outage`, for
+            // `task_instance i left join tasks t`.
+            "running attempt columns" => "i.id, i.task_id, i.window_key, i.agent_id, \
+                i.attempt, i.max_attempts, i.lease_token, i.worker_id, \
+                t.spec->'execution'->'retry_backoff' as retry_backoff, \
+                t.id is not null as task_exists"
+                .to_owned(),
             "queued work" => crate::store::instances::lease::queued_work_sql(),
             "limit columns" => "name, spec, version, created_at, updated_at".to_owned(),
             // The budgets that cannot start even one unit now, as (name, key) with key null
@@ -80,6 +84,60 @@ mod tests {
                 crate::domain::task::DEFAULT_DISPATCH_TIMEOUT_SECONDS.to_string()
             }
             "push lease margin" => crate::store::claim::PUSH_LEASE_MARGIN_SECONDS.to_string(),
+            // The first half of an `ev` CTE that closes attempts in `upd`: when the closing
+            // attempt's claim lives only on the row (`old_claimed_by`, see migration 2), it
+            // becomes an explicit event first, so the history keeps it once the row moves on.
+            // The statement goes on with one `select` of the closing event (with `o = 1`) and
+            // `) x order by instance_id, o`, which numbers the claim before the event that ends
+            // it.
+            "close attempt events" => "insert into instance_events \
+                    (instance_id, attempt, from_status, to_status, actor, reason, at) \
+                select instance_id, attempt, from_status, to_status, actor, reason, at from ( \
+                    select id as instance_id, attempt, 'PENDING' as from_status, \
+                        'RUNNING' as to_status, old_claimed_by as actor, \
+                        'claimed by worker ' || coalesce(worker_id, 'unknown') as reason, \
+                        started_at as at, 0 as o \
+                    from upd where old_claimed_by is not null \
+                    union all"
+                .to_owned(),
+            // The operator-retry write after a CTE `old (id, status)` of locked rows: PENDING
+            // with one more attempt allowed, claimable now, for the task's current agent (it
+            // may have moved), with its limit draws rendered again, and its event by actor `$3`
+            // with reason `$4`; `$5` may give the instance a priority of its own (null: keep
+            // its). The statement goes on with `select … from upd`.
+            "operator retry" => "upd as ( \
+                    update task_instance i set status = 'PENDING', attempt = i.attempt + 1, \
+                        max_attempts = i.max_attempts + 1, available_at = now(), \
+                        finished_at = null, started_at = null, worker_id = null, \
+                        lease_token = null, lease_expires_at = null, deadline_at = null, \
+                        result = null, error = null, error_kind = null, skip_reason = null, \
+                        updated_at = now(), priority = coalesce($5::smallint, i.priority), \
+                        agent_id = coalesce((select t.agent_id from tasks t \
+                            where t.id = i.task_id), i.agent_id), \
+                        limit_draws = (select \
+                            kairos_render_limit_draws(t.spec->'execution'->'limits', \
+                                i.task_id, t.agent_id, \
+                                coalesce(t.spec->'context', '{}'::jsonb) \
+                                    || coalesce(i.context_override, '{}'::jsonb)) \
+                            from tasks t where t.id = i.task_id) \
+                    from old where i.id = old.id \
+                    returning i.*, old.status as from_status \
+                ), ev as ( \
+                    insert into instance_events \
+                        (instance_id, attempt, from_status, to_status, actor, reason) \
+                    select id, attempt, from_status, 'PENDING', $3, $4 from upd \
+                )"
+            .to_owned(),
+            // The terminal states, the only ones pruned: no automatic path moves an instance
+            // out of them.
+            "terminal states" => {
+                let terminal: Vec<InstanceStatus> = InstanceStatus::ALL
+                    .into_iter()
+                    .filter(|s| s.is_terminal())
+                    .collect();
+                status_in_sql("status", &terminal)
+            }
+            "default priority" => crate::domain::task::DEFAULT_PRIORITY.to_string(),
             _ => return None,
         })
     }

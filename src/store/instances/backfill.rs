@@ -9,12 +9,12 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
-use super::operator::operator_retry_sql;
 use super::{
-    INSTANCE_COLUMNS, InstanceRow, NewInstance, cancel_unfinished_between, cancel_windows,
-    insert_windows, status_names, unfinished_windows,
+    InstanceRow, NewInstance, cancel_unfinished_between, cancel_windows, insert_windows,
+    status_names, unfinished_windows,
 };
 use crate::domain::instance::{Event, Instance, InstanceStatus, Source, legal_sources};
+use crate::store::statements::sql;
 use crate::store::{Error, Result, notify_work_for};
 
 /// What a backfill did (or, in a dry run, would do) to each window.
@@ -44,23 +44,15 @@ async fn retry_windows(
     reason: &str,
     priority: Option<i16>,
 ) -> Result<Vec<Instance>> {
-    let rows: Vec<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "with old as ( \
-             select id, status from task_instance \
-             where task_id = $1 and window_key = any($5) and status = any($2) \
-             order by id for update \
-         ), {retry} \
-         select {INSTANCE_COLUMNS} from upd",
-        retry = operator_retry_sql("$6")
-    )))
-    .bind(task_id)
-    .bind(from)
-    .bind(actor)
-    .bind(reason)
-    .bind(keys)
-    .bind(priority)
-    .fetch_all(&mut *conn)
-    .await?;
+    let rows: Vec<InstanceRow> = sqlx::query_as(sql!("instances/backfill/retry_windows"))
+        .bind(task_id)
+        .bind(from)
+        .bind(actor)
+        .bind(reason)
+        .bind(priority)
+        .bind(keys)
+        .fetch_all(&mut *conn)
+        .await?;
     rows.into_iter().map(Instance::try_from).collect()
 }
 
@@ -121,15 +113,14 @@ pub async fn backfill(
     // before them would invert the lock order of the reaper and the group commit, which lock
     // instance rows before their tasks' rows. `for key share` still waits for a delete or a
     // change of the task.
-    sqlx::query("select pg_advisory_xact_lock(hashtext('kairos:backfill:' || $1))")
+    sqlx::query(sql!("instances/backfill/take_turn"))
         .bind(task_id)
         .execute(&mut *tx)
         .await?;
-    let spec: Option<Json<Value>> =
-        sqlx::query_scalar("select spec from tasks where id = $1 for key share")
-            .bind(task_id)
-            .fetch_optional(&mut *tx)
-            .await?;
+    let spec: Option<Json<Value>> = sqlx::query_scalar(sql!("instances/backfill/task_spec"))
+        .bind(task_id)
+        .fetch_optional(&mut *tx)
+        .await?;
     let spec: TaskSpec = serde_json::from_value(spec.ok_or(Error::NotFound)?.0)
         .map_err(|e| Error::Corrupt(format!("tasks.spec: {e}")))?;
     crate::store::hold_task_cursor(&mut tx, task_id).await?;
@@ -149,13 +140,11 @@ pub async fn backfill(
     }
     let windows = backfill_windows(&schedule, from, to, max_windows).map_err(Error::Invalid)?;
     let keys: Vec<String> = windows.iter().map(|w| window_key(*w)).collect();
-    let existing: Vec<(String, String)> = sqlx::query_as(
-        "select window_key, status from task_instance where task_id = $1 and window_key = any($2)",
-    )
-    .bind(task_id)
-    .bind(&keys)
-    .fetch_all(&mut *tx)
-    .await?;
+    let existing: Vec<(String, String)> = sqlx::query_as(sql!("instances/backfill/existing"))
+        .bind(task_id)
+        .bind(&keys)
+        .fetch_all(&mut *tx)
+        .await?;
     let reprocess_from = match req.reprocess {
         Reprocess::None => Vec::new(),
         Reprocess::Failed => status_names(&reprocess_failed_sources()),

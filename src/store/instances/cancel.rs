@@ -1,18 +1,46 @@
-//! Cancelling windows: the one cancellation statement every path uses (overlap `replace`, a
-//! deleted or moved task, operator cancels), one scope at a time or in batches over a whole
-//! backlog.
+//! Cancelling windows: the one cancellation every path uses (overlap `replace`, a deleted or
+//! moved task, operator cancels), a statement of one form per scope
+//! (`sql/instances/cancel/`): a few rows at a time, or in batches over a whole backlog.
 
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::{CLOSE_ATTEMPT_EVENTS, INSTANCE_COLUMNS, InstanceRow, status_names};
+use super::{InstanceRow, status_names};
 use crate::domain::instance::{Event, InstanceStatus, legal_sources};
+use crate::store::statements::sql;
 use crate::store::{Result, notify_work};
 
-/// Which instances a cancellation is for.
+/// Which instances a cancellation is for: a few, cancelled in one statement ([`cancel_where`]).
 pub(super) enum CancelScope<'a> {
     One(Uuid),
     Windows(&'a str, &'a [String]),
+}
+
+impl CancelScope<'_> {
+    /// The statement cancelling the scope's rows (`$1` the states, `$2` the actor, `$3` the
+    /// reason, the scope's values from `$4`).
+    fn statement(&self) -> &'static str {
+        match self {
+            CancelScope::One(_) => sql!("instances/cancel/one"),
+            CancelScope::Windows(..) => sql!("instances/cancel/windows"),
+        }
+    }
+
+    /// Bind the scope's values (`$4`…).
+    fn bind<'q, O>(&self, q: QueryAs<'q, O>) -> QueryAs<'q, O> {
+        match *self {
+            CancelScope::One(id) => q.bind(id),
+            CancelScope::Windows(task_id, keys) => q.bind(task_id.to_owned()).bind(keys.to_vec()),
+        }
+    }
+}
+
+/// A statement under construction, reading rows as `O`.
+type QueryAs<'q, O> = sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>;
+
+/// Which instances a cancellation in batches is for ([`cancel_in_batches`]): a scope that may
+/// hold a task's whole backlog.
+pub(super) enum Backlog<'a> {
     /// A task's instances that have not started (PENDING) or wait for a retry (FAILED).
     Unstarted(&'a str),
     /// A task's unfinished instances whose windows fall strictly between two of its windows
@@ -21,40 +49,28 @@ pub(super) enum CancelScope<'a> {
     Between(&'a str, &'a str, &'a str),
 }
 
-impl CancelScope<'_> {
-    /// The rows of the scope, its values numbered from `$4`, and the states they are
-    /// cancelled from; and the number of the first parameter after its values.
-    fn filter(&self) -> (&'static str, Vec<InstanceStatus>, usize) {
+impl Backlog<'_> {
+    /// The statement cancelling one batch of the scope's rows (`$1` the states, `$2` the actor,
+    /// `$3` the reason, the scope's values from `$4`, then the last id of the batch before and
+    /// the batch size), and the states the rows are cancelled from.
+    fn statement(&self) -> (&'static str, Vec<InstanceStatus>) {
         match self {
-            CancelScope::One(_) => ("id = $4", legal_sources(Event::Cancel), 5),
-            CancelScope::Windows(..) => (
-                "task_id = $4 and window_key = any($5)",
-                legal_sources(Event::Cancel),
-                6,
+            Backlog::Unstarted(_) => (
+                sql!("instances/cancel/unstarted_batch"),
+                unstarted_sources(),
             ),
-            CancelScope::Unstarted(_) => ("task_id = $4", unstarted_sources(), 5),
-            CancelScope::Between(..) => (
-                "task_id = $4 \
-                 and (scheduled_at, window_key) > (select b.scheduled_at, b.window_key \
-                     from task_instance b where b.task_id = $4 and b.window_key = $5) \
-                 and (scheduled_at, window_key) < (select b.scheduled_at, b.window_key \
-                     from task_instance b where b.task_id = $4 and b.window_key = $6)",
+            Backlog::Between(..) => (
+                sql!("instances/cancel/between_batch"),
                 legal_sources(Event::Cancel),
-                7,
             ),
         }
     }
 
     /// Bind the scope's values (`$4`…).
-    fn bind<'q, O>(
-        &self,
-        q: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
-    ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+    fn bind<'q, O>(&self, q: QueryAs<'q, O>) -> QueryAs<'q, O> {
         match *self {
-            CancelScope::One(id) => q.bind(id),
-            CancelScope::Windows(task_id, keys) => q.bind(task_id.to_owned()).bind(keys.to_vec()),
-            CancelScope::Unstarted(task_id) => q.bind(task_id.to_owned()),
-            CancelScope::Between(task_id, after, before) => q
+            Backlog::Unstarted(task_id) => q.bind(task_id.to_owned()),
+            Backlog::Between(task_id, after, before) => q
                 .bind(task_id.to_owned())
                 .bind(after.to_owned())
                 .bind(before.to_owned()),
@@ -62,45 +78,19 @@ impl CancelScope<'_> {
     }
 }
 
-/// The cancellation statement over `old` (the rows to cancel, locked, with their `status`
-/// and `claimed_by`), ending in `select {returning} from upd`.
-fn cancel_sql(old: &str, returning: &str) -> String {
-    format!(
-        "with old as ({old}), upd as ( \
-             update task_instance i set status = 'CANCELLED', finished_at = now(), \
-                 lease_token = null, lease_expires_at = null, deadline_at = null, \
-                 claimed_by = null, error_kind = 'cancelled', error = $3, updated_at = now() \
-             from old where i.id = old.id \
-             returning i.*, old.status as from_status, old.claimed_by as old_claimed_by \
-         ), ev as ( \
-             {CLOSE_ATTEMPT_EVENTS} \
-             select id, attempt, from_status, 'CANCELLED', $2, $3, now(), 1 from upd \
-             ) x order by instance_id, o \
-         ) \
-         select {returning} from upd"
-    )
-}
-
 /// Move the instances in `scope` to CANCELLED where the state machine allows it (a
 /// compare-and-swap on their current status), clear any lease so a running worker is fenced
-/// out, and write one event each. The one statement every cancellation path uses; scopes that
-/// can hold a whole backlog go through [`cancel_in_batches`].
+/// out, and write one event each (after the claim, when it lived only on the row). The
+/// cancellation every path uses; scopes that can hold a whole backlog go through
+/// [`cancel_in_batches`].
 pub(super) async fn cancel_where(
     conn: &mut PgConnection,
     scope: CancelScope<'_>,
     actor: &str,
     reason: &str,
 ) -> Result<Vec<InstanceRow>> {
-    let (filter, from, _) = scope.filter();
-    let sql = cancel_sql(
-        &format!(
-            "select id, status, claimed_by from task_instance \
-             where {filter} and status = any($1) for update"
-        ),
-        INSTANCE_COLUMNS,
-    );
-    let q = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(status_names(&from))
+    let q = sqlx::query_as(scope.statement())
+        .bind(status_names(&legal_sources(Event::Cancel)))
         .bind(actor)
         .bind(reason);
     scope
@@ -120,27 +110,18 @@ pub const CANCEL_BATCH: i64 = 1000;
 /// were cancelled.
 pub(super) async fn cancel_in_batches(
     conn: &mut PgConnection,
-    scope: CancelScope<'_>,
+    scope: Backlog<'_>,
     actor: &str,
     reason: &str,
     batch: i64,
 ) -> Result<u64> {
     let batch = batch.max(1);
-    let (filter, from, next) = scope.filter();
-    let (after, limit) = (next, next + 1);
-    let sql = cancel_sql(
-        &format!(
-            "select id, status, claimed_by from task_instance \
-             where {filter} and status = any($1) and (${after}::uuid is null or id > ${after}) \
-             order by id limit ${limit} for update"
-        ),
-        "count(*), (select u.id from upd u order by u.id desc limit 1)",
-    );
+    let (statement, from) = scope.statement();
     let statuses = status_names(&from);
     let mut last: Option<Uuid> = None;
     let mut cancelled = 0u64;
     loop {
-        let q = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+        let q = sqlx::query_as(statement)
             .bind(&statuses)
             .bind(actor)
             .bind(reason);
@@ -158,7 +139,7 @@ pub(super) async fn cancel_in_batches(
     }
 }
 
-/// The states [`CancelScope::Unstarted`] cancels: the sources of a cancel but RUNNING, which
+/// The states [`Backlog::Unstarted`] cancels: the sources of a cancel but RUNNING, which
 /// is a started attempt (PENDING and FAILED).
 fn unstarted_sources() -> Vec<InstanceStatus> {
     legal_sources(Event::Cancel)
@@ -198,7 +179,7 @@ pub async fn cancel_unstarted_of_task(
 ) -> Result<u64> {
     cancel_in_batches(
         conn,
-        CancelScope::Unstarted(task_id),
+        Backlog::Unstarted(task_id),
         actor,
         reason,
         CANCEL_BATCH,
@@ -219,7 +200,7 @@ pub async fn cancel_unfinished_between(
 ) -> Result<u64> {
     cancel_in_batches(
         conn,
-        CancelScope::Between(task_id, after, before),
+        Backlog::Between(task_id, after, before),
         actor,
         reason,
         CANCEL_BATCH,
@@ -237,16 +218,13 @@ pub async fn move_unstarted_to_agent(
     task_id: &str,
     agent_id: &str,
 ) -> Result<u64> {
-    let moved = sqlx::query(
-        "update task_instance set agent_id = $2, updated_at = now() \
-         where task_id = $1 and status = any($3) and agent_id <> $2",
-    )
-    .bind(task_id)
-    .bind(agent_id)
-    .bind(status_names(&unstarted_sources()))
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
+    let moved = sqlx::query(sql!("instances/cancel/move_unstarted"))
+        .bind(task_id)
+        .bind(agent_id)
+        .bind(status_names(&unstarted_sources()))
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
     if moved > 0 {
         notify_work(conn, agent_id).await?;
     }

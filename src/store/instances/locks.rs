@@ -7,7 +7,8 @@ use std::collections::HashSet;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::store::{RUNNING_BY_ID, Result};
+use crate::store::Result;
+use crate::store::statements::sql;
 
 /// Lock the RUNNING rows of `calls` (instance id, lease token) in id order, then the task rows
 /// the writes will update (those of `failing` instances, whose failure counts grow, and those
@@ -25,14 +26,11 @@ pub(crate) async fn lock_lease_rows(
 ) -> Result<HashSet<Uuid>> {
     let ids: Vec<Uuid> = calls.iter().map(|c| c.0).collect();
     let tokens: Vec<Uuid> = calls.iter().map(|c| c.1).collect();
-    let rows: Vec<(Uuid, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select i.id, i.task_id \
-         from unnest($1::uuid[], $2::uuid[]) as f(id, token) \
-         join task_instance i on i.id = f.id and {RUNNING_BY_ID} and i.lease_token = f.token \
-         order by i.id \
-         for update of i{}",
-        if skip_busy { " skip locked" } else { "" }
-    )))
+    let rows: Vec<(Uuid, String)> = sqlx::query_as(if skip_busy {
+        sql!("instances/locks/lease_rows_skip_busy")
+    } else {
+        sql!("instances/locks/lease_rows")
+    })
     .bind(&ids)
     .bind(&tokens)
     .fetch_all(&mut *conn)
@@ -46,27 +44,20 @@ pub(crate) async fn lock_lease_rows(
         .map(|r| r.1.as_str())
         .collect();
     if !tasks.is_empty() {
-        sqlx::query(
-            "select id from tasks where id = any($1) \
-                 and (id = any($2) or consecutive_failures <> 0) \
-             order by id for no key update",
-        )
-        .bind(&tasks)
-        .bind(&failing_tasks)
-        .execute(&mut *conn)
-        .await?;
+        sqlx::query(sql!("instances/locks/task_rows"))
+            .bind(&tasks)
+            .bind(&failing_tasks)
+            .execute(&mut *conn)
+            .await?;
     }
     let locked: HashSet<Uuid> = rows.into_iter().map(|r| r.0).collect();
     if !skip_busy || locked.len() == calls.len() {
         return Ok(HashSet::new());
     }
-    let busy: Vec<Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "select i.id from unnest($1::uuid[], $2::uuid[]) as f(id, token) \
-         join task_instance i on i.id = f.id and {RUNNING_BY_ID} and i.lease_token = f.token"
-    )))
-    .bind(&ids)
-    .bind(&tokens)
-    .fetch_all(&mut *conn)
-    .await?;
+    let busy: Vec<Uuid> = sqlx::query_scalar(sql!("instances/locks/busy"))
+        .bind(&ids)
+        .bind(&tokens)
+        .fetch_all(&mut *conn)
+        .await?;
     Ok(busy.into_iter().filter(|id| !locked.contains(id)).collect())
 }

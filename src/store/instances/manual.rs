@@ -12,6 +12,7 @@ use crate::domain::instance::{Instance, InstanceStatus, Source};
 use crate::domain::schedule::canonical_window_key;
 use crate::domain::task::FieldError;
 use crate::domain::trace::TraceContext;
+use crate::store::statements::sql;
 use crate::store::{Error, Result, notify_work};
 
 /// A run asked for over the API.
@@ -76,7 +77,7 @@ pub async fn trigger_run(
     // The run's time is read after that wait: a run that waited for a staged window comes
     // after it.
     let row: Option<(Json<Value>, DateTime<Utc>)> =
-        sqlx::query_as("select spec, clock_timestamp() from tasks where id = $1")
+        sqlx::query_as(sql!("instances/manual/task_spec"))
             .bind(task_id)
             .fetch_optional(&mut *tx)
             .await?;

@@ -24,7 +24,10 @@
 //!   writes update, in one first step (`locks`); in a batch it skips rows another transaction
 //!   holds and writes those calls alone, so a blocked call holds up only itself;
 //! - the reaper locks expired rows (`skip locked`: it never waits for an instance row) before
-//!   `record_failures` updates their tasks (`TASKS_OF_UPD_IN_ID_ORDER`);
+//!   `record_failures` updates their tasks;
+//! - a statement that updates task rows (failure counts) locks them first, in id order, with
+//!   the lock the update takes itself (`for no key update`): it adds no conflict, only an order,
+//!   so two batches (or a batch and the reaper) over overlapping tasks never deadlock on them;
 //! - a backfill, which may cancel RUNNING rows (overlap `replace`), never locks its task row
 //!   for update: it reads it `for key share` (waiting for a delete or a change of the task,
 //!   not for the failure counts) and takes turns with other backfills of the task on an
@@ -78,28 +81,6 @@ pub use windows::{
 fn status_names(statuses: &[InstanceStatus]) -> Vec<&'static str> {
     statuses.iter().map(|s| s.as_str()).collect()
 }
-
-/// The first half of an `ev` CTE that closes attempts in `upd`: when the closing attempt's claim
-/// lives only on the row (`old_claimed_by`, see migration 2), it becomes an explicit event
-/// first, so the history keeps it once the row moves on. The caller appends one `select` of
-/// the closing event (with `o = 1`) and `) x order by instance_id, o`, which numbers the claim
-/// before the event that ends it.
-const CLOSE_ATTEMPT_EVENTS: &str = "insert into instance_events \
-         (instance_id, attempt, from_status, to_status, actor, reason, at) \
-     select instance_id, attempt, from_status, to_status, actor, reason, at from ( \
-         select id as instance_id, attempt, 'PENDING' as from_status, 'RUNNING' as to_status, \
-             old_claimed_by as actor, 'claimed by worker ' || coalesce(worker_id, 'unknown') \
-                 as reason, started_at as at, 0 as o \
-         from upd where old_claimed_by is not null \
-         union all";
-
-/// Lock order for task rows. Completions, failures and reaps of one batch touch several tasks'
-/// counters; two batches (or a batch and the reaper) over overlapping tasks that lock them in
-/// different orders can deadlock (SQLSTATE 40P01). Each statement that updates task rows
-/// therefore locks them first with this sub-select, in id order. `NO KEY UPDATE` is the lock the
-/// update itself takes, so this adds no new conflict, only an order.
-const TASKS_OF_UPD_IN_ID_ORDER: &str =
-    "select id from tasks where id in (select task_id from upd) order by id for no key update";
 
 /// The fence rejection of a compare-and-swap on (id, RUNNING, token) that matched nothing,
 /// describing where the instance stands.

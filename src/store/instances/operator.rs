@@ -6,38 +6,10 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::cancel::{CancelScope, cancel_where};
-use super::{INSTANCE_COLUMNS, InstanceRow, illegal_error, status_names};
+use super::{InstanceRow, illegal_error, status_names};
 use crate::domain::instance::{Event, Instance, legal_sources};
+use crate::store::statements::sql;
 use crate::store::{Error, Result, notify_work};
-
-/// The operator-retry write after a CTE `old (id, status)` of locked rows: PENDING with one
-/// more attempt allowed, claimable now, for the task's current agent (it may have moved), its
-/// event by actor `$3` with reason `$4`. Follow it
-/// with `select … from upd`.
-/// The retry's `upd` CTE (from `old`, with `$3` the actor and `$4` the reason); `priority` is
-/// the parameter that may give the retried instance a priority of its own (null: keep its).
-pub(super) fn operator_retry_sql(priority: &str) -> String {
-    OPERATOR_RETRY_SQL.replace("{priority}", priority)
-}
-
-const OPERATOR_RETRY_SQL: &str = "upd as ( \
-         update task_instance i set status = 'PENDING', attempt = i.attempt + 1, \
-             max_attempts = i.max_attempts + 1, available_at = now(), finished_at = null, \
-             started_at = null, worker_id = null, lease_token = null, \
-             lease_expires_at = null, deadline_at = null, result = null, error = null, \
-             error_kind = null, skip_reason = null, updated_at = now(), \
-             priority = coalesce({priority}::smallint, i.priority), \
-             agent_id = coalesce((select t.agent_id from tasks t where t.id = i.task_id), i.agent_id), \
-             limit_draws = (select kairos_render_limit_draws(t.spec->'execution'->'limits', \
-                     i.task_id, t.agent_id, \
-                     coalesce(t.spec->'context', '{}'::jsonb) || coalesce(i.context_override, '{}'::jsonb)) \
-                 from tasks t where t.id = i.task_id) \
-         from old where i.id = old.id \
-         returning i.*, old.status as from_status \
-     ), ev as ( \
-         insert into instance_events (instance_id, attempt, from_status, to_status, actor, reason) \
-         select id, attempt, from_status, 'PENDING', $3, $4 from upd \
-     ) ";
 
 /// Operator retry: DEAD, FAILED, CANCELLED or SKIPPED → PENDING, one more attempt allowed,
 /// claimable now. An instance whose task was deleted is refused (409): nothing could claim it,
@@ -59,33 +31,21 @@ pub async fn operator_retry(
 ) -> Result<Instance> {
     let from = status_names(&legal_sources(Event::OperatorRetry));
     let mut tx = crate::store::begin(pool).await?;
-    let task_id: Option<String> = sqlx::query_scalar(
-        "select t.id from tasks t \
-         where t.id = (select i.task_id from task_instance i where i.id = $1) \
-         for key share",
-    )
-    .bind(id)
-    .fetch_optional(&mut *tx)
-    .await?;
+    let task_id: Option<String> = sqlx::query_scalar(sql!("instances/operator/task_of"))
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
     if let Some(task_id) = &task_id {
         crate::store::hold_task_cursor(&mut tx, task_id).await?;
     }
-    let row: Option<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "with old as ( \
-             select i.id, i.status from task_instance i join tasks t on t.id = i.task_id \
-             where i.id = $1 and i.status = any($2) \
-             for update of i \
-         ), {retry} \
-         select {INSTANCE_COLUMNS} from upd",
-        retry = operator_retry_sql("$5")
-    )))
-    .bind(id)
-    .bind(&from)
-    .bind(actor)
-    .bind(reason)
-    .bind(priority)
-    .fetch_optional(&mut *tx)
-    .await?;
+    let row: Option<InstanceRow> = sqlx::query_as(sql!("instances/operator/retry"))
+        .bind(id)
+        .bind(&from)
+        .bind(actor)
+        .bind(reason)
+        .bind(priority)
+        .fetch_optional(&mut *tx)
+        .await?;
     let Some(row) = row else {
         drop(tx);
         // Not retried: its task is gone, or its status is not a source of a retry.

@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use crate::domain::instance::{Instance, InstanceStatus, idempotency_key};
 use crate::domain::trace::TraceContext;
+use crate::store::statements::sql;
 use crate::store::{Error, Result};
 
 #[derive(sqlx::FromRow)]
@@ -82,13 +83,11 @@ impl TryFrom<InstanceRow> for Instance {
 }
 
 pub async fn get_instance(pool: &PgPool, id: Uuid) -> Result<Instance> {
-    let row: InstanceRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select {INSTANCE_COLUMNS} from task_instance where id = $1"
-    )))
-    .bind(id)
-    .fetch_optional(pool)
-    .await?
-    .ok_or(Error::NotFound)?;
+    let row: InstanceRow = sqlx::query_as(sql!("instances/read/get"))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?
+        .ok_or(Error::NotFound)?;
     row.try_into()
 }
 
@@ -122,6 +121,10 @@ pub async fn list_instances(pool: &PgPool, f: &InstanceFilter) -> Result<Vec<Ins
             statuses.push(s);
         }
     }
+    // Dynamic: the caller's filters pick the index a page walks (the task's, a status's, or
+    // time's) and the statuses its pages; one statement with `($n is null or …)` conditions
+    // would, once PostgreSQL plans it generically, walk one index with every filter a
+    // post-filter, reading the whole history for a rare status.
     let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new("");
     if statuses.len() <= 1 {
         push_instance_page(&mut q, f, statuses.first().copied());
@@ -186,20 +189,18 @@ pub async fn get_instance_by_window<'e>(
     task_id: &str,
     key: &str,
 ) -> Result<Instance> {
-    let row: InstanceRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select {INSTANCE_COLUMNS} from task_instance where task_id = $1 and window_key = $2"
-    )))
-    .bind(task_id)
-    .bind(key)
-    .fetch_optional(conn)
-    .await?
-    .ok_or(Error::NotFound)?;
+    let row: InstanceRow = sqlx::query_as(sql!("instances/read/get_by_window"))
+        .bind(task_id)
+        .bind(key)
+        .fetch_optional(conn)
+        .await?
+        .ok_or(Error::NotFound)?;
     row.try_into()
 }
 
 /// The agent of each existing instance among `ids`.
 pub async fn agents_of(pool: &PgPool, ids: &[Uuid]) -> Result<Vec<(Uuid, String)>> {
-    sqlx::query_as("select id, agent_id from task_instance where id = any($1)")
+    sqlx::query_as(sql!("instances/read/agents_of"))
         .bind(ids)
         .fetch_all(pool)
         .await

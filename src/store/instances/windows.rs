@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use crate::domain::instance::{Instance, InstanceStatus, Source, result_digest};
 use crate::domain::trace::TraceContext;
+use crate::store::statements::sql;
 use crate::store::{Result, notify_work_of};
 
 /// A window to insert.
@@ -129,57 +130,25 @@ pub async fn insert_windows_at(
         .iter()
         .map(|r| r.trace.as_ref().and_then(|t| t.state.as_deref()))
         .collect();
-    let created: Vec<Created> = sqlx::query_as(
-        "with ins as ( \
-             insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
-                 agent_id, attempt, max_attempts, available_at, skip_reason, finished_at, \
-                 context_override, created_by, created_status, created_reason, created_at, \
-                 updated_at, limit_draws, priority, trace_parent, trace_state) \
-             select id, task_id, window_key, scheduled_at, status, source, agent_id, 1, \
-                 max_attempts, available_at, skip_reason, \
-                 case when status = 'SKIPPED' then created end, context_override, \
-                 $12, status, coalesce(skip_reason, source), created, created, \
-                 case when status = 'PENDING' then ( \
-                     select kairos_render_limit_draws(t.spec->'execution'->'limits', r.task_id, \
-                         r.agent_id, coalesce(t.spec->'context', '{}'::jsonb) \
-                             || coalesce(r.context_override, '{}'::jsonb)) \
-                     from tasks t where t.id = r.task_id \
-                       and jsonb_array_length(coalesce(t.spec->'execution'->'limits', '[]'::jsonb)) > 0) \
-                 end, \
-                 coalesce(r.priority, (select (t.spec->'execution'->>'priority')::smallint \
-                           from tasks t where t.id = r.task_id), 5), \
-                 r.trace_parent, r.trace_state \
-             from unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], \
-                         $6::text[], $7::text[], $8::int[], $9::timestamptz[], $10::text[], \
-                         $11::jsonb[], $14::smallint[], $15::text[], $16::text[]) \
-                 as r(id, task_id, window_key, scheduled_at, status, source, agent_id, \
-                      max_attempts, available_at, skip_reason, context_override, priority, \
-                      trace_parent, trace_state) \
-             cross join (select case when $13::timestamptz is null then now() \
-                                     else greatest($13, clock_timestamp()) end as created) c \
-             on conflict (task_id, window_key) do nothing \
-             returning id, task_id, window_key, status, trace_parent, trace_state \
-         ) \
-         select id, task_id, window_key, status, trace_parent, trace_state from ins",
-    )
-    .bind(&ids)
-    .bind(&task_ids)
-    .bind(&keys)
-    .bind(&scheduled)
-    .bind(&statuses)
-    .bind(&sources)
-    .bind(&agents)
-    .bind(&max_attempts)
-    .bind(&available)
-    .bind(&reasons)
-    .bind(&contexts)
-    .bind(actor)
-    .bind(created_at)
-    .bind(&priorities)
-    .bind(&trace_parents)
-    .bind(&trace_states)
-    .fetch_all(&mut *conn)
-    .await?;
+    let created: Vec<Created> = sqlx::query_as(sql!("instances/windows/insert"))
+        .bind(&ids)
+        .bind(&task_ids)
+        .bind(&keys)
+        .bind(&scheduled)
+        .bind(&statuses)
+        .bind(&sources)
+        .bind(&agents)
+        .bind(&max_attempts)
+        .bind(&available)
+        .bind(&reasons)
+        .bind(&contexts)
+        .bind(actor)
+        .bind(created_at)
+        .bind(&priorities)
+        .bind(&trace_parents)
+        .bind(&trace_states)
+        .fetch_all(&mut *conn)
+        .await?;
 
     let mut report = InsertReport::default();
     if created.len() < rows.len() {
@@ -225,39 +194,11 @@ pub async fn unfinished_windows(
     // Per status, a first-rows probe through that status's task-keyed partial index
     // (migration 6); a task's PENDING rows are sorted by their window (top-N, in memory of
     // the size of the limit), never returned.
-    let probe = |dir: &str, limit: &str| {
-        format!(
-            "select * from ( \
-                 (select window_key, scheduled_at from task_instance \
-                  where task_id = d.task_id and status = 'PENDING' \
-                  order by scheduled_at {dir}, window_key {dir} limit {limit}) \
-                 union all \
-                 (select window_key, scheduled_at from task_instance \
-                  where task_id = d.task_id and status = 'RUNNING' \
-                  order by scheduled_at {dir}, window_key {dir} limit {limit}) \
-                 union all \
-                 (select window_key, scheduled_at from task_instance \
-                  where task_id = d.task_id and status = 'FAILED' \
-                  order by scheduled_at {dir}, window_key {dir} limit {limit}) \
-             ) u order by scheduled_at {dir}, window_key {dir} limit {limit}"
-        )
-    };
-    let rows: Vec<(String, String, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select d.task_id, w.window_key, w.oldest \
-         from unnest($1::text[], $2::bigint[]) as d(task_id, newest) \
-         cross join lateral ( \
-             select window_key, scheduled_at, true as oldest from ({oldest}) o \
-             union all \
-             select window_key, scheduled_at, false from ({newest}) n \
-         ) w \
-         order by d.task_id, w.oldest desc, w.scheduled_at, w.window_key",
-        oldest = probe("asc", "1"),
-        newest = probe("desc", "d.newest"),
-    )))
-    .bind(&ids)
-    .bind(&newest)
-    .fetch_all(&mut *conn)
-    .await?;
+    let rows: Vec<(String, String, bool)> = sqlx::query_as(sql!("instances/windows/unfinished"))
+        .bind(&ids)
+        .bind(&newest)
+        .fetch_all(&mut *conn)
+        .await?;
     let limits: HashMap<&str, i64> = ids.iter().copied().zip(newest).collect();
     let mut out: HashMap<String, Unfinished> = HashMap::new();
     for (task, key, oldest) in rows {
@@ -285,17 +226,12 @@ pub async fn existing_windows(
 ) -> Result<HashMap<String, std::collections::HashSet<String>>> {
     let ids: Vec<&str> = from.iter().map(|f| f.0).collect();
     let keys: Vec<&str> = from.iter().map(|f| f.1.as_str()).collect();
-    let rows: Vec<(String, String)> = sqlx::query_as(
-        "select i.task_id, i.window_key \
-         from unnest($1::text[], $2::text[]) as d(task_id, from_key) \
-         join task_instance i on i.task_id = d.task_id and i.window_key >= d.from_key \
-             and i.window_key <= $3",
-    )
-    .bind(&ids)
-    .bind(&keys)
-    .bind(crate::domain::schedule::window_key(until))
-    .fetch_all(&mut *conn)
-    .await?;
+    let rows: Vec<(String, String)> = sqlx::query_as(sql!("instances/windows/existing"))
+        .bind(&ids)
+        .bind(&keys)
+        .bind(crate::domain::schedule::window_key(until))
+        .fetch_all(&mut *conn)
+        .await?;
     let mut out: HashMap<String, std::collections::HashSet<String>> = HashMap::new();
     for (task, key) in rows {
         out.entry(task).or_default().insert(key);
@@ -320,43 +256,24 @@ pub(super) async fn trigger_dependents(
 ) -> Result<()> {
     let digest = result_digest(result);
     let reason = format!("dependency: upstream instance {} succeeded", upstream.id);
-    let created: Vec<(Uuid, String, String)> = sqlx::query_as(
-        "with d as ( \
-             select id, agent_id, spec from tasks where upstream_task_id = $1 and not paused \
-             order by id for key share \
-         ), ins as ( \
-             insert into task_instance (id, task_id, window_key, scheduled_at, status, source, \
-                 agent_id, max_attempts, available_at, upstream_instance_id, upstream_result_digest, \
-                 created_by, created_status, created_reason, limit_draws, priority) \
-             select gen_random_uuid(), d.id, $2, $3, 'PENDING', 'dependency', d.agent_id, \
-                 coalesce((d.spec->'execution'->>'max_retries')::int, 3) + 1, now(), $4, $5, \
-                 'dependency', 'PENDING', $6, \
-                 kairos_render_limit_draws(d.spec->'execution'->'limits', d.id, d.agent_id, \
-                     coalesce(d.spec->'context', '{}'::jsonb)), \
-                 coalesce((d.spec->'execution'->>'priority')::smallint, 5) \
-             from d \
-             on conflict (task_id, window_key) do nothing \
-             returning id, task_id, agent_id \
-         ) \
-         select id, task_id, agent_id from ins",
-    )
-    .bind(&upstream.task_id)
-    .bind(&upstream.window_key)
-    .bind(upstream.scheduled_at)
-    .bind(upstream.id)
-    .bind(&digest)
-    .bind(&reason)
-    .fetch_all(&mut *conn)
-    .await?;
+    let created: Vec<(Uuid, String, String)> =
+        sqlx::query_as(sql!("instances/windows/insert_dependents"))
+            .bind(&upstream.task_id)
+            .bind(&upstream.window_key)
+            .bind(upstream.scheduled_at)
+            .bind(upstream.id)
+            .bind(&digest)
+            .bind(&reason)
+            .fetch_all(&mut *conn)
+            .await?;
     notify_work_of(conn, created.iter().map(|c| c.2.as_str()).collect()).await?;
     for (id, task_id, _) in &created {
         tracing::info!(task_id = %task_id, window_key = %upstream.window_key, instance_id = %id, upstream_task_id = %upstream.task_id, upstream_instance_id = %upstream.id, "dependent window materialised");
     }
-    let paused: Vec<String> =
-        sqlx::query_scalar("select id from tasks where upstream_task_id = $1 and paused")
-            .bind(&upstream.task_id)
-            .fetch_all(&mut *conn)
-            .await?;
+    let paused: Vec<String> = sqlx::query_scalar(sql!("instances/windows/paused_dependents"))
+        .bind(&upstream.task_id)
+        .fetch_all(&mut *conn)
+        .await?;
     for task_id in paused {
         tracing::info!(task_id = %task_id, window_key = %upstream.window_key, upstream_task_id = %upstream.task_id, reason = "task paused", "dependent window not materialised");
     }

@@ -1,0 +1,9 @@
+-- One instance, by its task and window key.
+-- $1 task id, $2 window key.
+select /* fragment: instance columns */ id, task_id, agent_id, window_key, scheduled_at, status,
+    source, attempt, max_attempts, available_at, lease_expires_at, worker_id, started_at,
+    finished_at, result, error, error_kind, skip_reason, upstream_instance_id,
+    upstream_result_digest, created_at, updated_at, priority, trace_parent, trace_state
+from task_instance
+where task_id = $1
+  and window_key = $2
