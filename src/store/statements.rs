@@ -56,6 +56,7 @@ mod tests {
                 crate::domain::task::DEFAULT_DISPATCH_TIMEOUT_SECONDS.to_string()
             }
             "push lease margin" => crate::store::claim::PUSH_LEASE_MARGIN_SECONDS.to_string(),
+            "occurred at" => crate::store::outbox::OCCURRED_AT_SQL.to_owned(),
             _ => return None,
         })
     }
