@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::Result;
 use super::claim::{Claimed, ClaimedRow};
-use super::instances::INSTANCE_COLUMNS;
+use super::statements::sql;
 
 /// Longest `claim_id`, in characters.
 pub const MAX_CLAIM_ID_CHARS: usize = 128;
@@ -26,22 +26,15 @@ pub async fn record(
 ) -> Result<()> {
     let ids: Vec<Uuid> = leases.iter().map(|l| l.0).collect();
     let tokens: Vec<Uuid> = leases.iter().map(|l| l.1).collect();
-    sqlx::query(
-        "insert into claim_answers \
-             (agent_id, worker_id, claim_id, instance_ids, lease_tokens, expires_at) \
-         values ($1, $2, $3, $4, $5, clock_timestamp() + make_interval(secs => $6)) \
-         on conflict (agent_id, worker_id, claim_id) do update \
-             set instance_ids = excluded.instance_ids, lease_tokens = excluded.lease_tokens, \
-                 created_at = excluded.created_at, expires_at = excluded.expires_at",
-    )
-    .bind(agent_id)
-    .bind(worker_id)
-    .bind(claim_id)
-    .bind(&ids)
-    .bind(&tokens)
-    .bind(lease_seconds)
-    .execute(&mut *conn)
-    .await?;
+    sqlx::query(sql!("claim_answers/record"))
+        .bind(agent_id)
+        .bind(worker_id)
+        .bind(claim_id)
+        .bind(&ids)
+        .bind(&tokens)
+        .bind(lease_seconds)
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 
@@ -54,31 +47,12 @@ pub async fn replay(
     worker_id: &str,
     claim_id: &str,
 ) -> Result<Option<Vec<Claimed>>> {
-    let rows: Vec<ClaimedRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select {INSTANCE_COLUMNS}, lease_token, context, dispatch, timeout_seconds from ( \
-             select i.*, t.context || coalesce(i.context_override, '{{}}'::jsonb) as context, \
-                 t.dispatch, \
-                 extract(epoch from i.deadline_at - i.started_at)::bigint as timeout_seconds, \
-                 f.n \
-             from claim_answers a \
-             cross join lateral unnest(a.instance_ids, a.lease_tokens) \
-                 with ordinality as f(id, token, n) \
-             join task_instance i on i.id = f.id and i.lease_token = f.token \
-                 and (i.status || '') = 'RUNNING' \
-             cross join lateral ( \
-                 select coalesce(t.spec->'context', '{{}}'::jsonb) as context, \
-                     t.spec->'dispatch' as dispatch \
-                 from tasks t where t.id = i.task_id \
-             ) t \
-             where a.agent_id = $1 and a.worker_id = $2 and a.claim_id = $3 \
-                 and a.expires_at > now() \
-         ) x order by n"
-    )))
-    .bind(agent_id)
-    .bind(worker_id)
-    .bind(claim_id)
-    .fetch_all(pool)
-    .await?;
+    let rows: Vec<ClaimedRow> = sqlx::query_as(sql!("claim_answers/replay"))
+        .bind(agent_id)
+        .bind(worker_id)
+        .bind(claim_id)
+        .fetch_all(pool)
+        .await?;
     if rows.is_empty() {
         return Ok(None);
     }
@@ -97,14 +71,10 @@ pub async fn replay(
 /// Delete up to `limit` answers whose leases have all passed; returns how many.
 pub async fn prune_expired(pool: &PgPool, limit: i64) -> Result<u64> {
     let mut tx = super::begin(pool).await?;
-    let done = sqlx::query(
-        "delete from claim_answers where ctid in ( \
-             select ctid from claim_answers where expires_at < now() \
-             order by expires_at limit $1)",
-    )
-    .bind(limit)
-    .execute(&mut *tx)
-    .await?;
+    let done = sqlx::query(sql!("claim_answers/prune_expired"))
+        .bind(limit)
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(done.rows_affected())
 }

@@ -23,6 +23,7 @@ use sqlx::{Connection, PgConnection, PgPool};
 
 use super::DbSettings;
 use super::health::DbHealth;
+use super::statements::sql;
 
 /// Pause between scans of the hosts while none is found that kairos may use, or while the
 /// database is unreachable.
@@ -371,8 +372,8 @@ async fn usable(conn: &mut PgConnection, attrs: SessionAttrs) -> Result<bool, sq
 }
 
 /// Asks whether the session's server refuses writes. Sent as a simple query (no prepared
-/// statement), so it also works through a pooler that keeps none.
-const READ_ONLY_SQL: &str = "select current_setting('transaction_read_only')";
+/// statement: no parameters are bound), so it also works through a pooler that keeps none.
+const READ_ONLY_SQL: &str = sql!("connect/read_only");
 
 /// Whether the server behind `conn` refuses writes now (`transaction_read_only`: on a standby,
 /// or with `default_transaction_read_only` set): a statement that writes would answer SQLSTATE

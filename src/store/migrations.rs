@@ -4,6 +4,7 @@
 use sqlx::PgPool;
 
 use super::Result;
+use super::statements::sql;
 
 /// Embedded migrations. sqlx takes a PostgreSQL advisory lock while applying them, so several
 /// replicas starting at once apply each migration exactly once.
@@ -27,13 +28,13 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     migrator.set_ignore_missing(true);
     migrator.set_locking(false);
     let mut conn = pool.acquire().await?.detach();
-    let database: String = sqlx::query_scalar("select current_database()")
+    let database: String = sqlx::query_scalar(sql!("migrations/current_database"))
         .fetch_one(&mut conn)
         .await?;
     let key = migration_lock_key(&database);
     let mut said = false;
     loop {
-        let got: bool = sqlx::query_scalar("select pg_try_advisory_lock($1)")
+        let got: bool = sqlx::query_scalar(sql!("migrations/try_lock"))
             .bind(key)
             .fetch_one(&mut conn)
             .await?;
@@ -66,11 +67,11 @@ pub fn migration_lock_key(database: &str) -> i64 {
 /// The embedded migrations this database has not applied, as `version_description`, oldest
 /// first (all of them when it has none).
 pub async fn missing_migrations(pool: &PgPool) -> Result<Vec<String>> {
-    let exists: bool = sqlx::query_scalar("select to_regclass('_sqlx_migrations') is not null")
+    let exists: bool = sqlx::query_scalar(sql!("migrations/history_exists"))
         .fetch_one(pool)
         .await?;
     let applied: Vec<i64> = if exists {
-        sqlx::query_scalar("select version from _sqlx_migrations where success")
+        sqlx::query_scalar(sql!("migrations/applied_versions"))
             .fetch_all(pool)
             .await?
     } else {
@@ -86,9 +87,8 @@ pub async fn missing_migrations(pool: &PgPool) -> Result<Vec<String>> {
 /// True when every embedded migration has been applied to this database.
 pub async fn migrations_applied(pool: &PgPool) -> Result<bool> {
     let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-    let applied: Option<i64> =
-        sqlx::query_scalar("select max(version) from _sqlx_migrations where success")
-            .fetch_one(pool)
-            .await?;
+    let applied: Option<i64> = sqlx::query_scalar(sql!("migrations/latest_applied"))
+        .fetch_one(pool)
+        .await?;
     Ok(applied.unwrap_or(0) >= latest)
 }

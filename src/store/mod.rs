@@ -9,6 +9,7 @@
 pub mod circuit;
 pub mod claim;
 pub mod claim_answers;
+pub mod clock;
 pub mod connect;
 pub mod console;
 pub mod events;
@@ -25,7 +26,9 @@ pub mod waiting;
 use sqlx::{PgConnection, PgPool};
 
 use crate::domain::instance::{Event, InstanceStatus, legal_sources};
+use crate::store::statements::sql;
 
+pub use clock::now;
 pub use connect::connect;
 pub use migrations::{
     MIGRATOR, migrate, migration_lock_key, migrations_applied, missing_migrations,
@@ -85,10 +88,10 @@ pub async fn begin(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Pos
 }
 
 /// What [`begin`] sends through PgBouncer: the mark [`pgbouncer_begin`] set, set again.
-const POOLED_CONTINUE: &str = "set local kairos.pooled_transaction = 'on'";
+const POOLED_CONTINUE: &str = sql!("pooled_continue");
 
-/// The `BEGIN` of [`begin_hot`].
-const BEGIN_HOT: &str = "begin; set local enable_seqscan = off; set local jit = off";
+/// The `BEGIN` of [`begin_hot`]: several statements, sent whole as one simple query.
+const BEGIN_HOT: &str = sql!("begin_hot");
 
 /// Longest a shared group commit of completions and heartbeats waits for a row lock before it
 /// gives up and writes each call alone (milliseconds).
@@ -102,9 +105,9 @@ pub async fn begin_hot_shared(pool: &PgPool) -> Result<sqlx::Transaction<'static
         .map_err(crate::store::Error::from)
 }
 
-/// The `BEGIN` of [`begin_hot_shared`] (its lock timeout is [`SHARED_LOCK_WAIT_MS`]).
-const BEGIN_HOT_SHARED: &str = "begin; set local enable_seqscan = off; set local jit = off; \
-     set local lock_timeout = 200";
+/// The `BEGIN` of [`begin_hot_shared`] (its lock timeout is [`SHARED_LOCK_WAIT_MS`]): several
+/// statements, sent whole as one simple query.
+const BEGIN_HOT_SHARED: &str = sql!("begin_hot_shared");
 
 /// Share-lock the trigger cursor of `task_id` in the caller's transaction, for a write that
 /// adds an unfinished instance outside the trigger loop (a manual trigger, an operator retry,
@@ -113,7 +116,7 @@ const BEGIN_HOT_SHARED: &str = "begin; set local enable_seqscan = off; set local
 /// instances it saw; the write waits for its commit and so comes after the window, as it
 /// would if the window had been written at its instant.
 pub async fn hold_task_cursor(conn: &mut PgConnection, task_id: &str) -> Result<()> {
-    sqlx::query("select 1 from task_cursor where task_id = $1 for key share")
+    sqlx::query(sql!("hold_task_cursor"))
         .bind(task_id)
         .execute(&mut *conn)
         .await?;
@@ -147,7 +150,7 @@ pub async fn notify_work_of(conn: &mut PgConnection, mut agents: Vec<&str>) -> R
 }
 
 async fn send_work_payloads(conn: &mut PgConnection, payloads: Vec<String>) -> Result<()> {
-    sqlx::query("select pg_notify($1, p) from unnest($2::text[]) as p")
+    sqlx::query(sql!("notify_work"))
         .bind(WORK_CHANNEL)
         .bind(payloads)
         .execute(&mut *conn)
@@ -180,6 +183,7 @@ pub fn parse_work_payload(payload: &str) -> (&str, usize) {
 
 /// ` and agent_id = $a` and ` and agent_id = any($b)`: a list's agent filter and a token's agent
 /// scope, shared by the task and instance lists.
+// Dynamic: parts of the lists' statements, whose filters the caller chooses.
 pub(crate) fn push_agent_filters(
     q: &mut sqlx::QueryBuilder<sqlx::Postgres>,
     agent_id: &Option<String>,
@@ -384,14 +388,27 @@ pub fn data_exception(e: &sqlx::Error) -> Option<crate::domain::task::FieldError
     ))
 }
 
-/// The `BEGIN` statement `sql` (`"begin; …"`) for `pool`: as it is, or through PgBouncer
-/// without its `begin` (the connection is in a transaction already, [`pgbouncer_begin`]). A
-/// second `BEGIN` would only cost a warning in the server's log, every transaction.
+/// The `BEGIN` statement `sql` (`begin; …` after its comment lines) for `pool`: as it is, or
+/// through PgBouncer without its `begin` (the connection is in a transaction already,
+/// [`pgbouncer_begin`]). A second `BEGIN` would only cost a warning in the server's log, every
+/// transaction.
 fn begin_sql(pool: &PgPool, sql: &'static str) -> &'static str {
-    match sql.strip_prefix("begin; ") {
+    match without_begin(sql) {
         Some(rest) if hands_out_transactions(pool) => rest,
         _ => sql,
     }
+}
+
+/// What follows the `begin;` that `sql` starts with after its `--` comment lines, if it does.
+fn without_begin(sql: &str) -> Option<&str> {
+    let mut rest = sql.trim_start();
+    while rest.starts_with("--") {
+        rest = rest
+            .split_once('\n')
+            .map_or("", |(_, after)| after)
+            .trim_start();
+    }
+    rest.strip_prefix("begin;").map(str::trim_start)
 }
 
 /// Whether a database error is the database being unavailable or this transaction losing a
@@ -420,14 +437,6 @@ fn transient_sqlstate(code: &str) -> bool {
             code,
             "57P01" | "57P02" | "57P03" | "25006" | "40001" | "40P01" | "55P03" | "57014"
         )
-}
-
-/// The database clock: the one clock for windows, leases and deadlines (openapi.yaml).
-pub async fn now(pool: &PgPool) -> Result<chrono::DateTime<chrono::Utc>> {
-    sqlx::query_scalar("select now()")
-        .fetch_one(pool)
-        .await
-        .map_err(crate::store::Error::from)
 }
 
 #[cfg(test)]
@@ -468,13 +477,20 @@ mod tests {
              set local idle_in_transaction_session_timeout = 30000"
         );
         for sql in [BEGIN_HOT, BEGIN_HOT_SHARED] {
-            assert!(sql.starts_with("begin; "), "{sql}");
+            let rest = without_begin(sql).unwrap_or_else(|| panic!("no begin: {sql}"));
+            assert!(
+                rest.starts_with("set local enable_seqscan = off;"),
+                "{rest}"
+            );
+            assert!(!rest.contains("--") && !rest.contains("begin"), "{rest}");
         }
+        assert_eq!(without_begin(POOLED_CONTINUE), None);
     }
 
     #[test]
     fn a_shared_group_commit_waits_for_a_lock_as_long_as_documented() {
-        assert!(BEGIN_HOT_SHARED.ends_with(&format!("lock_timeout = {SHARED_LOCK_WAIT_MS}")));
+        let shared = BEGIN_HOT_SHARED.trim_end();
+        assert!(shared.ends_with(&format!("lock_timeout = {SHARED_LOCK_WAIT_MS}")));
     }
 
     #[test]

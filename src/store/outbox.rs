@@ -10,6 +10,7 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::Result;
+use super::statements::sql;
 
 /// Which `notify` list of the task an event goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +42,7 @@ pub struct Event {
 /// `occurred_at` of a notification: the transaction's time by the database clock (the clock of
 /// `finished_at` and every other time the transition wrote), spelled as the API spells instants
 /// (`format_instant`: RFC 3339 UTC, sub-second digits only when present, 3 or 6 of them).
+/// `outbox/enqueue.sql` writes it out as its `occurred at` fragment.
 pub const OCCURRED_AT_SQL: &str = "to_char(now() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') \
     || case \
            when extract(microseconds from now())::bigint % 1000000 = 0 then '' \
@@ -72,25 +74,15 @@ pub async fn enqueue(conn: &mut PgConnection, events: &[Event]) -> Result<u64> {
             }))
         })
         .collect();
-    let written = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "insert into outbox (id, event_id, kind, task_id, instance_id, url, secret, payload) \
-         select gen_random_uuid(), e.event_id, e.kind, t.id, e.instance_id, u.url, \
-             t.spec->'notify'->>'secret', \
-             e.payload || jsonb_build_object('occurred_at', {OCCURRED_AT_SQL}) \
-         from unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5::text[], $6::jsonb[]) \
-             as e(event_id, kind, task_id, instance_id, list, payload) \
-         join tasks t on t.id = e.task_id \
-         cross join lateral jsonb_array_elements_text( \
-             coalesce(t.spec->'notify'->e.list, '[]'::jsonb)) as u(url)"
-    )))
-    .bind(&ids)
-    .bind(&kinds)
-    .bind(&tasks)
-    .bind(&instances)
-    .bind(&lists)
-    .bind(&payloads)
-    .execute(&mut *conn)
-    .await?;
+    let written = sqlx::query(sql!("outbox/enqueue"))
+        .bind(&ids)
+        .bind(&kinds)
+        .bind(&tasks)
+        .bind(&instances)
+        .bind(&lists)
+        .bind(&payloads)
+        .execute(&mut *conn)
+        .await?;
     Ok(written.rows_affected())
 }
 
@@ -112,27 +104,18 @@ pub struct Delivery {
 /// delivery's timeout, so no other notifier takes them meanwhile).
 pub async fn take_due(pool: &PgPool, limit: i64, hold_seconds: f64) -> Result<Vec<Delivery>> {
     let mut tx = super::begin(pool).await?;
-    let taken = sqlx::query_as(
-        "update outbox o set next_attempt_at = now() + make_interval(secs => $2), \
-             attempts = o.attempts + 1 \
-         where o.id in ( \
-             select id from outbox \
-             where delivered_at is null and undeliverable_at is null and next_attempt_at <= now() \
-             order by next_attempt_at limit $1 for update skip locked) \
-         returning o.id, o.event_id, o.kind, o.task_id, o.url, o.secret, o.payload, o.attempts, \
-             o.created_at",
-    )
-    .bind(limit)
-    .bind(hold_seconds)
-    .fetch_all(&mut *tx)
-    .await?;
+    let taken = sqlx::query_as(sql!("outbox/take_due"))
+        .bind(limit)
+        .bind(hold_seconds)
+        .fetch_all(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(taken)
 }
 
 pub async fn mark_delivered(pool: &PgPool, id: Uuid) -> Result<()> {
     let mut tx = super::begin(pool).await?;
-    sqlx::query("update outbox set delivered_at = now(), last_error = null where id = $1")
+    sqlx::query(sql!("outbox/mark_delivered"))
         .bind(id)
         .execute(&mut *tx)
         .await?;
@@ -150,19 +133,13 @@ pub async fn mark_failed(
     max_age_seconds: i64,
 ) -> Result<bool> {
     let mut tx = super::begin(pool).await?;
-    let gave_up: bool = sqlx::query_scalar(
-        "update outbox set last_error = $2, \
-             undeliverable_at = case when created_at < now() - make_interval(secs => $4) \
-                 then now() end, \
-             next_attempt_at = now() + make_interval(secs => $3) \
-         where id = $1 returning undeliverable_at is not null",
-    )
-    .bind(id)
-    .bind(error)
-    .bind(retry_in.as_secs_f64())
-    .bind(max_age_seconds as f64)
-    .fetch_one(&mut *tx)
-    .await?;
+    let gave_up: bool = sqlx::query_scalar(sql!("outbox/mark_failed"))
+        .bind(id)
+        .bind(error)
+        .bind(retry_in.as_secs_f64())
+        .bind(max_age_seconds as f64)
+        .fetch_one(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(gave_up)
 }

@@ -11,6 +11,7 @@ use sqlx::{Executor, PgConnection, PgPool};
 
 use super::connect::{self, connect};
 use super::health;
+use super::statements::sql;
 
 /// How this process talks to its database: the bounds that turn a database that went away, or a
 /// connection that went silent, into an error within seconds instead of the kernel's 15 minutes.
@@ -133,6 +134,8 @@ pub(crate) fn pgbouncer_options(
 /// connection, and never closes it: `deallocate all` first clears what an earlier client left
 /// on the server connection, so the names cannot collide.
 pub fn pgbouncer_begin(settings: &DbSettings) -> String {
+    // Dynamic: the bounds are the configured settings, and a simple query (this runs as one,
+    // before any statement of the transaction) takes no parameters.
     let mut out = format!("begin; deallocate all; set local {POOLED_MARK} = 'on'");
     for (name, ms) in [
         ("statement_timeout", settings.statement_timeout_ms),
@@ -168,26 +171,21 @@ async fn pgbouncer_end(
     bound: std::time::Duration,
 ) -> Result<bool, sqlx::Error> {
     use sqlx::Row;
-    let ask = format!("select current_setting('{POOLED_MARK}', true)");
-    let open = match bounded(
-        bound,
-        conn.fetch_optional(sqlx::raw_sql(sqlx::AssertSqlSafe(ask))),
-    )
-    .await
-    {
+    let ask = sqlx::raw_sql(sql!("pool/pooled_transaction_open"));
+    let open = match bounded(bound, conn.fetch_optional(ask)).await {
         Ok(row) => {
             row.and_then(|r| r.try_get::<Option<String>, _>(0).ok().flatten())
                 .as_deref()
                 == Some("on")
         }
         Err(sqlx::Error::Database(_)) => {
-            bounded(bound, conn.execute(sqlx::raw_sql("rollback"))).await?;
+            bounded(bound, conn.execute(sqlx::raw_sql(sql!("pool/rollback")))).await?;
             return Ok(true);
         }
         Err(e) => return Err(e),
     };
     if open {
-        bounded(bound, conn.execute(sqlx::raw_sql("commit"))).await?;
+        bounded(bound, conn.execute(sqlx::raw_sql(sql!("pool/commit")))).await?;
     }
     Ok(true)
 }
@@ -198,6 +196,7 @@ async fn pgbouncer_start(
     begin: &str,
     bound: std::time::Duration,
 ) -> Result<(), sqlx::Error> {
+    // Dynamic: the `BEGIN` of the pool's settings, [`pgbouncer_begin`].
     let sql = sqlx::raw_sql(sqlx::AssertSqlSafe(begin.to_owned()));
     bounded(bound, conn.execute(sql)).await.map(|_| ())
 }
@@ -290,6 +289,19 @@ mod tests {
                 .session_options()
                 .iter()
                 .all(|(k, _)| k.starts_with("tcp"))
+        );
+    }
+
+    #[test]
+    fn the_end_of_a_pooled_transaction_asks_for_the_mark_its_begin_set() {
+        let ask = sql!("pool/pooled_transaction_open");
+        assert!(
+            ask.contains(&format!("current_setting('{POOLED_MARK}', true)")),
+            "{ask}"
+        );
+        assert!(
+            pgbouncer_begin(&DbSettings::default())
+                .contains(&format!("set local {POOLED_MARK} = 'on'"))
         );
     }
 }

@@ -44,7 +44,7 @@ mod tests {
     /// fragment has. `sources of <event>` fragments are checked by [`sources_of`] instead.
     fn fragment(name: &str) -> Option<String> {
         Some(match name {
-            "instance columns" => crate::store::instances::INSTANCE_COLUMNS.to_owned(),
+            "instance columns" => crate::store::instances::read::INSTANCE_COLUMNS.to_owned(),
             // The `RunningAttempt` columns but `expiry` and `lost_to_outage`, for
             // `task_instance i left join tasks t`.
             "running attempt columns" => "i.id, i.task_id, i.window_key, i.agent_id, \
@@ -85,7 +85,7 @@ mod tests {
             }
             "push lease margin" => crate::store::claim::PUSH_LEASE_MARGIN_SECONDS.to_string(),
             // The first half of an `ev` CTE that closes attempts in `upd`: when the closing
-            // attempt's claim lives only on the row (`old_claimed_by`, see migration 2), it
+            // attempt's claim lives only on the row (`old_claimed_by`, see `migrations/20261201000001_hot_path.sql`), it
             // becomes an explicit event first, so the history keeps it once the row moves on.
             // The statement goes on with one `select` of the closing event (with `o = 1`) and
             // `) x order by instance_id, o`, which numbers the claim before the event that ends
@@ -138,6 +138,7 @@ mod tests {
                 status_in_sql("status", &terminal)
             }
             "default priority" => crate::domain::task::DEFAULT_PRIORITY.to_string(),
+            "occurred at" => crate::store::outbox::OCCURRED_AT_SQL.to_owned(),
             _ => return None,
         })
     }

@@ -12,6 +12,7 @@ use sqlx::PgPool;
 use sqlx::types::Json;
 
 use super::Result;
+use super::statements::sql;
 use crate::domain::instance::{Instance, InstanceStatus};
 use crate::domain::limit::{Refusal, RenderedDraw, instant};
 use crate::domain::schedule::format_instant;
@@ -71,23 +72,10 @@ pub async fn waiting_on(
     ) {
         return Ok(Vec::new());
     }
-    let f: Facts = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select i.limit_draws as draws, t.paused, t.paused_reason, t.resume_at, t.dispatch_mode, \
-             {limit} as task_limit, \
-             (select count(*) from task_instance r where r.task_id = i.task_id and r.status = 'RUNNING') as running, \
-             array(select r.id from task_instance r where r.task_id = i.task_id and r.status = 'RUNNING' \
-                   order by r.started_at limit 5) as running_ids, \
-             (select a.last_claim_at from agent_claims a where a.agent_id = i.agent_id) as last_claim_at, \
-             (select count(*) from (select 1 from task_instance u \
-                 where u.status = 'PENDING' and u.agent_id = i.agent_id and u.priority < i.priority \
-                   and u.available_at <= now() limit 1000) x) as more_urgent, \
-             now() \
-         from task_instance i left join tasks t on t.id = i.task_id where i.id = $1",
-        limit = super::TASK_LIMIT_SQL,
-    )))
-    .bind(inst.id)
-    .fetch_one(pool)
-    .await?;
+    let f: Facts = sqlx::query_as(sql!("waiting/facts"))
+        .bind(inst.id)
+        .fetch_one(pool)
+        .await?;
     let now = f.now;
     let mut out = Vec::new();
     if inst.available_at > now {
@@ -227,14 +215,11 @@ async fn limit_reasons(pool: &PgPool, draws: &[RenderedDraw]) -> Result<Vec<Wait
                 Some(instant(until)),
             ),
             Some(Refusal::Concurrency) => {
-                let holders: Vec<uuid::Uuid> = sqlx::query_scalar(
-                    "select instance_id from limit_units where limit_name = $1 and key = $2 \
-                     order by instance_id limit 5",
-                )
-                .bind(name)
-                .bind(key)
-                .fetch_all(&mut *conn)
-                .await?;
+                let holders: Vec<uuid::Uuid> = sqlx::query_scalar(sql!("waiting/limit_holders"))
+                    .bind(name)
+                    .bind(key)
+                    .fetch_all(&mut *conn)
+                    .await?;
                 let ids: Vec<String> = holders.iter().map(ToString::to_string).collect();
                 Waiting::new(
                     "limit_concurrency",
@@ -308,13 +293,10 @@ pub fn seen_claiming(pool: &PgPool, agent_id: &str) {
     tokio::spawn(async move {
         let done: Result<()> = async {
             let mut tx = super::begin(&pool).await?;
-            sqlx::query(
-                "insert into agent_claims (agent_id, last_claim_at) values ($1, now()) \
-                 on conflict (agent_id) do update set last_claim_at = excluded.last_claim_at",
-            )
-            .bind(&agent)
-            .execute(&mut *tx)
-            .await?;
+            sqlx::query(sql!("waiting/seen_claiming"))
+                .bind(&agent)
+                .execute(&mut *tx)
+                .await?;
             tx.commit().await.map_err(crate::store::Error::from)
         }
         .await;
@@ -326,11 +308,8 @@ pub fn seen_claiming(pool: &PgPool, agent_id: &str) {
 
 /// Seconds since each agent's last claim, for `kairos_agent_last_claim_seconds`.
 pub async fn agents_last_claim(pool: &PgPool) -> Result<Vec<(String, f64)>> {
-    sqlx::query_as(
-        "select agent_id, extract(epoch from now() - last_claim_at)::float8 from agent_claims \
-         order by agent_id limit 1000",
-    )
-    .fetch_all(pool)
-    .await
-    .map_err(crate::store::Error::from)
+    sqlx::query_as(sql!("waiting/agents_last_claim"))
+        .fetch_all(pool)
+        .await
+        .map_err(crate::store::Error::from)
 }

@@ -135,11 +135,7 @@ impl TriggerLoop {
         }
         let now: DateTime<Utc> = match staged_at {
             Some(at) => at,
-            None => {
-                sqlx::query_scalar("select now()")
-                    .fetch_one(&mut *tx)
-                    .await?
-            }
+            None => store::clock::now_in(&mut *tx).await?,
         };
         let limits: Vec<(&str, i64)> = due
             .iter()

@@ -2,8 +2,6 @@
 //! transactions that commit at the instant by the database clock, so they appear, and their
 //! agents wake, at the instant itself.
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
 
 use super::pass::Batch;
@@ -68,11 +66,11 @@ impl TriggerLoop {
             let full = batch.full;
             passed_over.append(&mut batch.passed_over);
             staged.push(batch);
-            if !full || until(&mut tx, at).await?.is_zero() {
+            if !full || store::clock::until(&mut tx, at).await?.is_zero() {
                 break;
             }
         }
-        let wait = until(&mut tx, at).await?;
+        let wait = store::clock::until(&mut tx, at).await?;
         if staged.iter().all(Batch::is_empty) {
             // Nothing to publish: hold no transaction (and no connection) while waiting.
             tx.commit().await?;
@@ -107,15 +105,4 @@ impl TriggerLoop {
             }
         })
     }
-}
-
-/// How long until `at` by the database clock (zero once it has come).
-async fn until(conn: &mut sqlx::PgConnection, at: DateTime<Utc>) -> store::Result<Duration> {
-    let secs: f64 = sqlx::query_scalar(
-        "select greatest(0, extract(epoch from ($1 - clock_timestamp())))::float8",
-    )
-    .bind(at)
-    .fetch_one(&mut *conn)
-    .await?;
-    Ok(Duration::try_from_secs_f64(secs).unwrap_or(Duration::ZERO))
 }

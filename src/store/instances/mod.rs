@@ -1,7 +1,7 @@
 //! The `task_instance` table: idempotent window inserts, compare-and-swap transitions, and the
 //! operators' queries. Every transition records itself in the same statement or transaction:
 //! happy-path ones on the row (`created_*`, `claimed_by`, `finished_by`), the others as
-//! `instance_events` rows (see `events.rs` and migration 2).
+//! `instance_events` rows (see `events.rs` and `migrations/20261201000001_hot_path.sql`).
 //!
 //! By concern: `read` (the row type and the reads), `windows` (inserting windows: scheduled
 //! and dependent), `manual` (manual triggers), `cancel` (cancelling windows, the one
@@ -51,7 +51,7 @@ pub(in crate::store) mod lease;
 mod locks;
 mod manual;
 mod operator;
-mod read;
+pub(in crate::store) mod read;
 mod retention;
 mod windows;
 
@@ -70,7 +70,7 @@ pub(crate) use lease::{Report, Written, answer_each, complete_in, fail_in, heart
 pub(crate) use locks::lock_lease_rows;
 pub use manual::{ManualTrigger, Triggered, trigger_instance, trigger_run};
 pub use operator::{operator_cancel, operator_retry};
-pub(in crate::store) use read::{INSTANCE_COLUMNS, InstanceRow};
+pub(in crate::store) use read::InstanceRow;
 pub use read::{InstanceFilter, agents_of, get_instance, get_instance_by_window, list_instances};
 pub use retention::prune_finished;
 pub use windows::{

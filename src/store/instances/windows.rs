@@ -192,7 +192,7 @@ pub async fn unfinished_windows(
     let ids: Vec<&str> = tasks.iter().map(|t| t.0).collect();
     let newest: Vec<i64> = tasks.iter().map(|t| t.1.max(1)).collect();
     // Per status, a first-rows probe through that status's task-keyed partial index
-    // (migration 6); a task's PENDING rows are sorted by their window (top-N, in memory of
+    // (`migrations/20261201000006_no_unfinished_index.sql`); a task's PENDING rows are sorted by their window (top-N, in memory of
     // the size of the limit), never returned.
     let rows: Vec<(String, String, bool)> = sqlx::query_as(sql!("instances/windows/unfinished"))
         .bind(&ids)

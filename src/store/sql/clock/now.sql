@@ -1,0 +1,3 @@
+-- The database clock: the time the transaction started.
+-- No parameters.
+select now()

@@ -1,0 +1,3 @@
+-- Whether the database has a migration history at all.
+-- No parameters.
+select to_regclass('_sqlx_migrations') is not null
