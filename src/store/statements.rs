@@ -36,9 +36,7 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     use crate::domain::instance::{Event, legal_sources};
-    use crate::store::{
-        TASK_FAILURE_THRESHOLD_SQL, TASK_LIMIT_SQL, TASK_TIMEOUT_SQL, status_in_sql,
-    };
+    use crate::store::{TASK_LIMIT_SQL, TASK_TIMEOUT_SQL, status_in_sql};
 
     /// What the fragment called `name` must read, rendered from its home; `None` for a name no
     /// fragment has. `sources of <event>` fragments are checked by [`sources_of`] instead.
@@ -51,7 +49,10 @@ mod tests {
             "queued work" => crate::store::instances::lease::queued_work_sql(),
             "task concurrency_limit" => TASK_LIMIT_SQL.to_string(),
             "task timeout_seconds" => TASK_TIMEOUT_SQL.to_string(),
-            "task failure_threshold" => TASK_FAILURE_THRESHOLD_SQL.to_string(),
+            "task failure_threshold" => format!(
+                "coalesce((t.spec->'circuit_breaker'->>'failure_threshold')::int, {})",
+                crate::domain::task::DEFAULT_FAILURE_THRESHOLD
+            ),
             "default dispatch timeout_seconds" => {
                 crate::domain::task::DEFAULT_DISPATCH_TIMEOUT_SECONDS.to_string()
             }
