@@ -57,6 +57,13 @@ mod tests {
                 crate::domain::task::DEFAULT_DISPATCH_TIMEOUT_SECONDS.to_string()
             }
             "push lease margin" => crate::store::claim::PUSH_LEASE_MARGIN_SECONDS.to_string(),
+            "task columns" => "spec, paused, paused_reason, \
+                 (select c.next_fire_at from task_cursor c where c.task_id = tasks.id) \
+                 as next_fire_at, consecutive_failures, version, created_at, updated_at"
+                .to_owned(),
+            "pending of task_cursor" => {
+                crate::store::has_pending_sql("task_cursor.task_id", "true")
+            }
             _ => return None,
         })
     }
