@@ -6,6 +6,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
+use super::statements::sql;
 use super::{Result, outbox};
 
 /// Open the circuit of every task in `task_ids` whose consecutive failed attempts reached its
@@ -15,21 +16,10 @@ pub async fn open_circuits(conn: &mut PgConnection, task_ids: &[&str]) -> Result
     if task_ids.is_empty() {
         return Ok(Vec::new());
     }
-    let opened: Vec<(String, i32, Option<DateTime<Utc>>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "update tasks t set paused = true, \
-             paused_reason = 'circuit open: ' || consecutive_failures || ' consecutive failed attempts', \
-             paused_at = now(), \
-             resume_at = case when spec->'circuit_breaker'->>'cooldown_seconds' is not null \
-                 then now() + make_interval(secs => (spec->'circuit_breaker'->>'cooldown_seconds')::float8) end, \
-             version = version + 1, updated_at = now() \
-         where id = any($1) and not paused \
-           and consecutive_failures >= {TASK_FAILURE_THRESHOLD_SQL} \
-         returning id, consecutive_failures, resume_at",
-        TASK_FAILURE_THRESHOLD_SQL = super::TASK_FAILURE_THRESHOLD_SQL,
-    )))
-    .bind(task_ids)
-    .fetch_all(&mut *conn)
-    .await?;
+    let opened: Vec<(String, i32, Option<DateTime<Utc>>)> = sqlx::query_as(sql!("circuit/open"))
+        .bind(task_ids)
+        .fetch_all(&mut *conn)
+        .await?;
     let events: Vec<outbox::Event> = opened
         .iter()
         .map(|(id, failures, resume_at)| outbox::Event {

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::statements::sql;
 use super::{Error, Result};
 use crate::domain::instance::InstanceEvent;
 
@@ -22,13 +23,10 @@ struct EventRow {
 
 /// An instance's history, oldest first.
 pub async fn list_events(pool: &PgPool, instance_id: Uuid) -> Result<Vec<InstanceEvent>> {
-    let rows: Vec<EventRow> = sqlx::query_as(
-        "select from_status, to_status, attempt, at, actor, reason from instance_history \
-         where instance_id = $1 order by phase, seq",
-    )
-    .bind(instance_id)
-    .fetch_all(pool)
-    .await?;
+    let rows: Vec<EventRow> = sqlx::query_as(sql!("events/list"))
+        .bind(instance_id)
+        .fetch_all(pool)
+        .await?;
     rows.into_iter()
         .map(|r| {
             Ok(InstanceEvent {

@@ -8,6 +8,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use super::statements::sql;
+
 /// After an outage or a bounded call that timed out, how long returned connections keep being
 /// pinged before reuse.
 pub const DOUBT_AFTER_TROUBLE: Duration = Duration::from_secs(60);
@@ -160,14 +162,11 @@ pub async fn record_outage(
     outage: Duration,
 ) -> super::Result<()> {
     let mut tx = super::begin(pool).await?;
-    sqlx::query(
-        "insert into db_unreachable (node_id, started_at, ended_at) \
-         values ($1, now() - make_interval(secs => $2), now())",
-    )
-    .bind(node_id)
-    .bind(outage.as_secs_f64())
-    .execute(&mut *tx)
-    .await?;
+    sqlx::query(sql!("health/record_outage"))
+        .bind(node_id)
+        .bind(outage.as_secs_f64())
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(())
 }

@@ -293,13 +293,6 @@ pub const TASK_TIMEOUT_SQL: SpecInt = SpecInt {
     default: crate::domain::task::DEFAULT_TIMEOUT_SECONDS,
 };
 
-/// The task's `circuit_breaker.failure_threshold`.
-pub const TASK_FAILURE_THRESHOLD_SQL: SpecInt = SpecInt {
-    path: "t.spec->'circuit_breaker'->>'failure_threshold'",
-    cast: "int",
-    default: crate::domain::task::DEFAULT_FAILURE_THRESHOLD as i64,
-};
-
 /// What went wrong in the database, in the product's terms.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

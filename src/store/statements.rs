@@ -36,9 +36,7 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     use crate::domain::instance::{Event, InstanceStatus, legal_sources};
-    use crate::store::{
-        TASK_FAILURE_THRESHOLD_SQL, TASK_LIMIT_SQL, TASK_TIMEOUT_SQL, status_in_sql,
-    };
+    use crate::store::{TASK_LIMIT_SQL, TASK_TIMEOUT_SQL, status_in_sql};
 
     /// What the fragment called `name` must read, rendered from its home; `None` for a name no
     /// fragment has. `sources of <event>` fragments are checked by [`sources_of`] instead.
@@ -79,7 +77,10 @@ mod tests {
                 .to_owned(),
             "task concurrency_limit" => TASK_LIMIT_SQL.to_string(),
             "task timeout_seconds" => TASK_TIMEOUT_SQL.to_string(),
-            "task failure_threshold" => TASK_FAILURE_THRESHOLD_SQL.to_string(),
+            "task failure_threshold" => format!(
+                "coalesce((t.spec->'circuit_breaker'->>'failure_threshold')::int, {})",
+                crate::domain::task::DEFAULT_FAILURE_THRESHOLD
+            ),
             "default dispatch timeout_seconds" => {
                 crate::domain::task::DEFAULT_DISPATCH_TIMEOUT_SECONDS.to_string()
             }
@@ -139,6 +140,13 @@ mod tests {
             }
             "default priority" => crate::domain::task::DEFAULT_PRIORITY.to_string(),
             "occurred at" => crate::store::outbox::OCCURRED_AT_SQL.to_owned(),
+            "task columns" => "spec, paused, paused_reason, \
+                 (select c.next_fire_at from task_cursor c where c.task_id = tasks.id) \
+                 as next_fire_at, consecutive_failures, version, created_at, updated_at"
+                .to_owned(),
+            "pending of task_cursor" => {
+                crate::store::has_pending_sql("task_cursor.task_id", "true")
+            }
             _ => return None,
         })
     }

@@ -7,6 +7,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
+use super::statements::sql;
 use super::{Error, Result, TASKS_CHANNEL};
 use crate::domain::task::{
     Execution, FieldError, Task, TaskId, TaskSpec, TaskSubmission, TriggerSpec,
@@ -27,11 +28,6 @@ struct TaskRow {
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
-
-/// A task row's columns with its cursor's `next_fire_at`, for statements over `tasks` (unaliased).
-const TASK_COLUMNS: &str = "spec, paused, paused_reason, \
-     (select c.next_fire_at from task_cursor c where c.task_id = tasks.id) as next_fire_at, \
-     consecutive_failures, version, created_at, updated_at";
 
 impl TryFrom<TaskRow> for Task {
     type Error = Error;
@@ -60,13 +56,11 @@ pub enum Upserted {
 }
 
 pub async fn get_task(pool: &PgPool, id: &str) -> Result<Task> {
-    let row: TaskRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select {TASK_COLUMNS} from tasks where id = $1"
-    )))
-    .bind(id)
-    .fetch_optional(pool)
-    .await?
-    .ok_or(Error::NotFound)?;
+    let row: TaskRow = sqlx::query_as(sql!("tasks/get"))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?
+        .ok_or(Error::NotFound)?;
     row.try_into()
 }
 
@@ -79,13 +73,10 @@ pub async fn list_task_traces(
     if ids.is_empty() {
         return Ok(Default::default());
     }
-    let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
-        "select id, trace_parent, trace_state from tasks \
-         where id = any($1) and trace_parent is not null",
-    )
-    .bind(ids)
-    .fetch_all(pool)
-    .await?;
+    let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(sql!("tasks/traces"))
+        .bind(ids)
+        .fetch_all(pool)
+        .await?;
     Ok(rows
         .into_iter()
         .filter_map(|(id, parent, state)| {
@@ -109,22 +100,15 @@ pub struct TaskFilter {
 
 /// Tasks in id order, one page.
 pub async fn list_tasks(pool: &PgPool, f: &TaskFilter) -> Result<Vec<Task>> {
-    let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new(format!(
-        "select {TASK_COLUMNS} from tasks where true"
-    ));
-    super::push_agent_filters(&mut q, &f.agent_id, &f.agents_in);
-    if let Some(p) = f.paused {
-        q.push(" and paused = ").push_bind(p);
-    }
-    if let Some(t) = &f.trigger_type {
-        q.push(" and spec->'trigger'->>'type' = ")
-            .push_bind(t.clone());
-    }
-    if let Some(after) = &f.after_id {
-        q.push(" and id > ").push_bind(after.clone());
-    }
-    q.push(" order by id limit ").push_bind(f.limit);
-    let rows: Vec<TaskRow> = q.build_query_as().fetch_all(pool).await?;
+    let rows: Vec<TaskRow> = sqlx::query_as(sql!("tasks/list"))
+        .bind(&f.agent_id)
+        .bind(&f.agents_in)
+        .bind(f.paused)
+        .bind(&f.trigger_type)
+        .bind(&f.after_id)
+        .bind(f.limit)
+        .fetch_all(pool)
+        .await?;
     rows.into_iter().map(Task::try_from).collect()
 }
 
@@ -146,12 +130,10 @@ fn resumed_fire_at(trigger: &TriggerSpec, now: DateTime<Utc>) -> Result<Option<D
 }
 
 async fn lock_task(conn: &mut PgConnection, id: &str) -> Result<Option<Task>> {
-    let row: Option<TaskRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select {TASK_COLUMNS} from tasks where id = $1 for update"
-    )))
-    .bind(id)
-    .fetch_optional(&mut *conn)
-    .await?;
+    let row: Option<TaskRow> = sqlx::query_as(sql!("tasks/lock"))
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?;
     row.map(Task::try_from).transpose()
 }
 
@@ -171,7 +153,7 @@ async fn notify_task_changed(
     let Some(at) = next_fire_at else {
         return Ok(());
     };
-    sqlx::query("select pg_notify($1, $2) where $3 <= now() + make_interval(secs => $4)")
+    sqlx::query(sql!("tasks/notify_changed"))
         .bind(TASKS_CHANNEL)
         .bind(id)
         .bind(at)
@@ -184,7 +166,7 @@ async fn notify_task_changed(
 /// Refuse an `after` edge to an unknown upstream or one that would close a cycle. Callers hold
 /// the dependency lock, so two concurrent PUTs cannot each add half of a cycle.
 async fn check_dependency(conn: &mut PgConnection, id: &TaskId, upstream: &TaskId) -> Result<()> {
-    let exists: bool = sqlx::query_scalar("select exists(select 1 from tasks where id = $1)")
+    let exists: bool = sqlx::query_scalar(sql!("tasks/exists"))
         .bind(upstream.as_str())
         .fetch_one(&mut *conn)
         .await?;
@@ -194,19 +176,12 @@ async fn check_dependency(conn: &mut PgConnection, id: &TaskId, upstream: &TaskI
             format!("upstream task {upstream} does not exist"),
         )));
     }
-    let cycle: bool = sqlx::query_scalar(
-        "with recursive chain(id, depth) as ( \
-             select $1::text, 0 \
-             union all \
-             select t.upstream_task_id, c.depth + 1 from tasks t join chain c on t.id = c.id \
-             where t.upstream_task_id is not null and c.depth < $3 \
-         ) select exists(select 1 from chain where id = $2)",
-    )
-    .bind(upstream.as_str())
-    .bind(id.as_str())
-    .bind(MAX_DEPENDENCY_DEPTH)
-    .fetch_one(&mut *conn)
-    .await?;
+    let cycle: bool = sqlx::query_scalar(sql!("tasks/would_cycle"))
+        .bind(upstream.as_str())
+        .bind(id.as_str())
+        .bind(MAX_DEPENDENCY_DEPTH)
+        .fetch_one(&mut *conn)
+        .await?;
     if cycle {
         return Err(Error::Invalid(FieldError::new(
             "trigger.task",
@@ -231,12 +206,12 @@ pub async fn upsert_task(
     let trace_state = sub.trace.as_ref().and_then(|t| t.state.as_deref());
     let mut tx = crate::store::begin(pool).await?;
     if let Some(upstream) = spec.trigger.upstream() {
-        sqlx::query("select pg_advisory_xact_lock(hashtext('kairos:dependencies'))")
+        sqlx::query(sql!("tasks/lock_dependencies"))
             .execute(&mut *tx)
             .await?;
         check_dependency(&mut tx, &spec.id, upstream).await?;
     }
-    let now: DateTime<Utc> = sqlx::query_scalar("select now()")
+    let now: DateTime<Utc> = sqlx::query_scalar(sql!("tasks/now"))
         .fetch_one(&mut *tx)
         .await?;
 
@@ -258,25 +233,19 @@ pub async fn upsert_task(
     let outcome = match existing {
         None => {
             let paused = sub.paused.unwrap_or(false);
-            let inserted = sqlx::query(
-                "insert into tasks (id, agent_id, spec, trigger_type, upstream_task_id, paused, \
-                                    paused_reason, paused_at, dispatch_mode, trace_parent, \
-                                    trace_state) \
-                 values ($1, $2, $3, $4, $5, $6, $7, case when $6 then now() end, $8, $9, $10) \
-                 on conflict (id) do nothing",
-            )
-            .bind(spec.id.as_str())
-            .bind(&spec.agent_id)
-            .bind(Json(&spec_json))
-            .bind(spec.trigger.type_name())
-            .bind(spec.trigger.upstream().map(TaskId::as_str))
-            .bind(paused)
-            .bind(paused.then_some("paused at registration"))
-            .bind(spec.dispatch.mode())
-            .bind(&trace_parent)
-            .bind(trace_state)
-            .execute(&mut *tx)
-            .await?;
+            let inserted = sqlx::query(sql!("tasks/insert"))
+                .bind(spec.id.as_str())
+                .bind(&spec.agent_id)
+                .bind(Json(&spec_json))
+                .bind(spec.trigger.type_name())
+                .bind(spec.trigger.upstream().map(TaskId::as_str))
+                .bind(paused)
+                .bind(paused.then_some("paused at registration"))
+                .bind(spec.dispatch.mode())
+                .bind(&trace_parent)
+                .bind(trace_state)
+                .execute(&mut *tx)
+                .await?;
             if inserted.rows_affected() == 0 {
                 // Another request created it between our lock attempt and the insert.
                 return Err(Error::Conflict(format!(
@@ -307,29 +276,19 @@ pub async fn upsert_task(
             let resumed = pause_change == Some(false);
             let restart = trigger_changed || resumed;
             let paused = pause_change.unwrap_or(current.paused);
-            sqlx::query(
-                "update tasks set agent_id = $2, spec = $3, trigger_type = $4, \
-                     upstream_task_id = $5, paused = $6, \
-                     paused_reason = case when $6 then coalesce(paused_reason, 'paused by task definition') end, \
-                     paused_at = case when $6 then coalesce(paused_at, now()) end, \
-                     resume_at = case when $6 then resume_at end, \
-                     consecutive_failures = case when $8 then 0 else consecutive_failures end, \
-                     dispatch_mode = $7, version = version + 1, updated_at = now(), \
-                     trace_parent = $9, trace_state = $10 \
-                 where id = $1",
-            )
-            .bind(spec.id.as_str())
-            .bind(&spec.agent_id)
-            .bind(Json(&spec_json))
-            .bind(spec.trigger.type_name())
-            .bind(spec.trigger.upstream().map(TaskId::as_str))
-            .bind(paused)
-            .bind(spec.dispatch.mode())
-            .bind(resumed)
-            .bind(&trace_parent)
-            .bind(trace_state)
-            .execute(&mut *tx)
-            .await?;
+            sqlx::query(sql!("tasks/replace"))
+                .bind(spec.id.as_str())
+                .bind(&spec.agent_id)
+                .bind(Json(&spec_json))
+                .bind(spec.trigger.type_name())
+                .bind(spec.trigger.upstream().map(TaskId::as_str))
+                .bind(paused)
+                .bind(spec.dispatch.mode())
+                .bind(resumed)
+                .bind(&trace_parent)
+                .bind(trace_state)
+                .execute(&mut *tx)
+                .await?;
             if restart {
                 let next_fire_at = if trigger_changed {
                     registered_fire_at(&spec.trigger, now)?
@@ -376,7 +335,7 @@ pub async fn upsert_task(
 /// finish under their leases; history is kept. Returns the number of instances cancelled.
 pub async fn delete_task(pool: &PgPool, id: &str, actor: &str) -> Result<u64> {
     let mut tx = crate::store::begin(pool).await?;
-    let deleted = sqlx::query("delete from tasks where id = $1")
+    let deleted = sqlx::query(sql!("tasks/delete"))
         .bind(id)
         .execute(&mut *tx)
         .await?;
@@ -394,16 +353,12 @@ pub async fn delete_task(pool: &PgPool, id: &str, actor: &str) -> Result<u64> {
 /// Pausing a paused task only updates the reason.
 pub async fn pause_task(pool: &PgPool, id: &str, reason: &str) -> Result<Task> {
     let mut tx = super::begin(pool).await?;
-    let row: TaskRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "update tasks set paused = true, paused_reason = $2, resume_at = null, \
-             paused_at = coalesce(paused_at, now()), version = version + 1, updated_at = now() \
-         where id = $1 returning {TASK_COLUMNS}"
-    )))
-    .bind(id)
-    .bind(reason)
-    .fetch_optional(&mut *tx)
-    .await?
-    .ok_or(Error::NotFound)?;
+    let row: TaskRow = sqlx::query_as(sql!("tasks/pause"))
+        .bind(id)
+        .bind(reason)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(Error::NotFound)?;
     tx.commit().await?;
     row.try_into()
 }
@@ -417,18 +372,14 @@ pub async fn resume_task(pool: &PgPool, id: &str) -> Result<Task> {
         tx.commit().await?;
         return Ok(current);
     }
-    let now: DateTime<Utc> = sqlx::query_scalar("select now()")
+    let now: DateTime<Utc> = sqlx::query_scalar(sql!("tasks/now"))
         .fetch_one(&mut *tx)
         .await?;
     let next_fire_at = resumed_fire_at(&current.spec.trigger, now)?;
-    sqlx::query(
-        "update tasks set paused = false, paused_reason = null, paused_at = null, \
-             resume_at = null, consecutive_failures = 0, \
-             version = version + 1, updated_at = now() where id = $1",
-    )
-    .bind(id)
-    .execute(&mut *tx)
-    .await?;
+    sqlx::query(sql!("tasks/resume"))
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
     set_next_fire_at(&mut tx, id, next_fire_at).await?;
     notify_task_changed(&mut tx, id, next_fire_at).await?;
     let task = lock_task(&mut tx, id).await?.ok_or(Error::NotFound)?;
@@ -442,7 +393,7 @@ async fn set_next_fire_at(
     id: &str,
     next_fire_at: Option<DateTime<Utc>>,
 ) -> Result<()> {
-    sqlx::query("update task_cursor set next_fire_at = $2 where task_id = $1")
+    sqlx::query(sql!("tasks/set_next_fire_at"))
         .bind(id)
         .bind(next_fire_at)
         .execute(&mut *conn)
@@ -472,37 +423,6 @@ struct DueRow {
     next_fire_at: DateTime<Utc>,
 }
 
-/// The cursor query of [`lock_due_tasks`], built once. A staged task must have no unfinished
-/// instance: a first-row probe per status, each in the order of that status's task-keyed
-/// partial index.
-static LOCK_DUE_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    let idle = format!(
-        "not {} and (select true from task_instance r where r.task_id = task_cursor.task_id \
-             and r.status = 'RUNNING' order by r.run_slot limit 1) is null \
-         and (select true from task_instance r where r.task_id = task_cursor.task_id \
-             and r.status = 'FAILED' order by r.scheduled_at limit 1) is null",
-        super::has_pending_sql("task_cursor.task_id", "true")
-    );
-    format!(
-        "with c as materialized ( \
-             select task_id, next_fire_at from task_cursor \
-             where not paused and next_fire_at is not null \
-               and next_fire_at <= coalesce($2, now()) \
-               and ($2::timestamptz is null or (next_fire_at > now() and {idle})) \
-               and task_id <> all($3) \
-             order by next_fire_at limit $1 \
-             for update skip locked \
-         ) \
-         select c.task_id as id, t.agent_id, t.trigger, t.execution, c.next_fire_at from c \
-         cross join lateral ( \
-             select agent_id, (spec->'trigger')::text as trigger, \
-                 (spec->'execution')::text as execution \
-             from tasks t where t.id = c.task_id offset 0 \
-         ) t \
-         order by c.next_fire_at"
-    )
-});
-
 /// Lock the cursors of up to `limit` due, unpaused tasks, skipping those another replica holds
 /// (task rows are read, never locked or written, by the loop; a cursor skipped because another
 /// replica holds it costs no task read). Each task is one primary-key lookup: with the
@@ -529,7 +449,7 @@ pub async fn lock_due_tasks(
     staged_until: Option<DateTime<Utc>>,
     passed_over: &[String],
 ) -> Result<(Vec<DueTask>, Vec<(String, String)>)> {
-    let rows: Vec<DueRow> = sqlx::query_as(sqlx::AssertSqlSafe(LOCK_DUE_SQL.as_str()))
+    let rows: Vec<DueRow> = sqlx::query_as(sql!("tasks/lock_due"))
         .bind(limit)
         .bind(staged_until)
         .bind(passed_over)
@@ -596,45 +516,33 @@ pub async fn advance_tasks(conn: &mut PgConnection, moves: &[CursorMove]) -> Res
     let ids: Vec<&str> = moves.iter().map(|m| m.task_id.as_str()).collect();
     let next: Vec<Option<DateTime<Utc>>> = moves.iter().map(|m| m.next_fire_at).collect();
     let last: Vec<Option<DateTime<Utc>>> = moves.iter().map(|m| m.last_window_at).collect();
-    sqlx::query(
-        "update task_cursor c set next_fire_at = m.next_fire_at, \
-             last_window_at = coalesce(m.last_window_at, c.last_window_at) \
-         from unnest($1::text[], $2::timestamptz[], $3::timestamptz[]) \
-              as m(id, next_fire_at, last_window_at) \
-         where c.task_id = m.id",
-    )
-    .bind(&ids)
-    .bind(&next)
-    .bind(&last)
-    .execute(&mut *conn)
-    .await?;
+    sqlx::query(sql!("tasks/advance"))
+        .bind(&ids)
+        .bind(&next)
+        .bind(&last)
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 
 /// Pause a task whose stored definition no longer parses, so it stops blocking the loop and an
 /// operator sees why.
 pub async fn quarantine_task(conn: &mut PgConnection, id: &str, reason: &str) -> Result<()> {
-    sqlx::query(
-        "update tasks set paused = true, paused_reason = $2, paused_at = now(), \
-             updated_at = now() where id = $1",
-    )
-    .bind(id)
-    .bind(reason)
-    .execute(&mut *conn)
-    .await?;
+    sqlx::query(sql!("tasks/quarantine"))
+        .bind(id)
+        .bind(reason)
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 
 /// The earliest `next_fire_at` of any unpaused task and the database's `now()`, for the trigger
 /// loop's sleep.
 pub async fn earliest_fire_at(pool: &PgPool) -> Result<(Option<DateTime<Utc>>, DateTime<Utc>)> {
-    sqlx::query_as(
-        "select (select min(next_fire_at) from task_cursor \
-                 where not paused and next_fire_at is not null), now()",
-    )
-    .fetch_one(pool)
-    .await
-    .map_err(crate::store::Error::from)
+    sqlx::query_as(sql!("tasks/earliest_fire_at"))
+        .fetch_one(pool)
+        .await
+        .map_err(crate::store::Error::from)
 }
 
 /// Resume up to `limit` tasks whose circuit cooldown has ended. The circuit is then half-open:
@@ -644,15 +552,10 @@ pub async fn resume_cooled_down(
     conn: &mut PgConnection,
     limit: i64,
 ) -> Result<Vec<(String, String)>> {
-    let rows: Vec<DueRow> = sqlx::query_as(
-        "select id, agent_id, (spec->'trigger')::text as trigger, \
-             (spec->'execution')::text as execution, now() as next_fire_at from tasks \
-         where paused and resume_at is not null and resume_at <= now() \
-         order by resume_at limit $1 for update skip locked",
-    )
-    .bind(limit)
-    .fetch_all(&mut *conn)
-    .await?;
+    let rows: Vec<DueRow> = sqlx::query_as(sql!("tasks/lock_cooled_down"))
+        .bind(limit)
+        .fetch_all(&mut *conn)
+        .await?;
     let mut resumed = Vec::with_capacity(rows.len());
     for row in rows {
         let trigger = match parse_due_parts(row.trigger.as_deref(), row.execution.as_deref()) {
@@ -663,14 +566,10 @@ pub async fn resume_cooled_down(
             }
         };
         let next = resumed_fire_at(&trigger, row.next_fire_at)?;
-        sqlx::query(
-            "update tasks set paused = false, paused_reason = null, paused_at = null, \
-                 resume_at = null, version = version + 1, updated_at = now() \
-             where id = $1",
-        )
-        .bind(&row.id)
-        .execute(&mut *conn)
-        .await?;
+        sqlx::query(sql!("tasks/resume_cooled_down"))
+            .bind(&row.id)
+            .execute(&mut *conn)
+            .await?;
         set_next_fire_at(conn, &row.id, next).await?;
         notify_task_changed(conn, &row.id, next).await?;
         super::notify_work(conn, &row.agent_id).await?;
@@ -683,16 +582,10 @@ pub async fn resume_cooled_down(
 /// Pause the tasks that depend on `upstream` (deleted): they could never fire again, and an
 /// operator must see why rather than find them silently orphaned.
 pub async fn orphan_dependents(conn: &mut PgConnection, upstream: &str) -> Result<Vec<String>> {
-    let ids: Vec<String> = sqlx::query_scalar(
-        "update tasks set paused = true, \
-             paused_reason = 'upstream task ' || upstream_task_id || ' was deleted', \
-             paused_at = coalesce(paused_at, now()), resume_at = null, \
-             version = version + 1, updated_at = now() \
-         where upstream_task_id = $1 returning id",
-    )
-    .bind(upstream)
-    .fetch_all(&mut *conn)
-    .await?;
+    let ids: Vec<String> = sqlx::query_scalar(sql!("tasks/orphan_dependents"))
+        .bind(upstream)
+        .fetch_all(&mut *conn)
+        .await?;
     for id in &ids {
         tracing::warn!(task_id = %id, upstream_task_id = %upstream, reason = "upstream deleted", "dependent task paused");
     }

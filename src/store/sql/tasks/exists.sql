@@ -1,0 +1,3 @@
+-- Whether a task exists.
+-- $1 task id.
+select exists(select 1 from tasks where id = $1)

@@ -1,0 +1,3 @@
+-- The transaction's time.
+-- No parameters.
+select now()
