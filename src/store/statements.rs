@@ -86,11 +86,11 @@ mod tests {
             }
             "push lease margin" => crate::store::claim::PUSH_LEASE_MARGIN_SECONDS.to_string(),
             // The first half of an `ev` CTE that closes attempts in `upd`: when the closing
-            // attempt's claim lives only on the row (`old_claimed_by`, see `migrations/20261201000001_hot_path.sql`), it
-            // becomes an explicit event first, so the history keeps it once the row moves on.
-            // The statement goes on with one `select` of the closing event (with `o = 1`) and
-            // `) x order by instance_id, o`, which numbers the claim before the event that ends
-            // it.
+            // attempt's claim lives only on the row (`old_claimed_by`, see
+            // `migrations/20261201000001_hot_path.sql`), it becomes an explicit event first, so
+            // the history keeps it once the row moves on. The statement goes on with one
+            // `select` of the closing event (with `o = 1`) and `) x order by instance_id, o`,
+            // which numbers the claim before the event that ends it.
             "close attempt events" => "insert into instance_events \
                     (instance_id, attempt, from_status, to_status, actor, reason, at) \
                 select instance_id, attempt, from_status, to_status, actor, reason, at from ( \
