@@ -84,6 +84,13 @@ impl fmt::Display for InstanceStatus {
     }
 }
 
+impl TryFrom<String> for InstanceStatus {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
 impl FromStr for InstanceStatus {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

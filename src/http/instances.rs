@@ -22,7 +22,7 @@ use crate::route_table::RouteTable;
 use crate::state::AppState;
 use crate::store::{self, events, instances as store_instances};
 use crate::usecases::cursor::{instance_cursor, parse_instance_cursor};
-use crate::usecases::instances::{not_found_instance, operator_move};
+use crate::usecases::instances::{OperatorMove, not_found_instance, operator_move};
 
 pub use crate::domain::task::MAX_RESULT_BYTES;
 use crate::domain::task::{MAX_DOCUMENT_BYTES, MAX_REASON_LEN};
@@ -349,28 +349,23 @@ fn reason_of(body: Value, default: &str) -> Result<String, ApiError> {
     Ok(string_field(&m, "reason", false, MAX_REASON_LEN)?.unwrap_or_else(|| default.to_owned()))
 }
 
-/// An operator action on one instance: what it does and its default reason.
-struct OperatorAction {
-    default_reason: &'static str,
-    retry: bool,
-}
-
 async fn operator_action(
     state: &AppState,
     id: &str,
     body: Value,
-    action: OperatorAction,
+    what: OperatorMove,
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_instance_id(id)?;
-    let (reason, priority) = if action.retry {
-        let m = body_object(body, &["reason", "priority"])?;
-        let reason = string_field(&m, "reason", false, MAX_REASON_LEN)?
-            .unwrap_or_else(|| action.default_reason.to_owned());
-        (reason, super::extract::priority_field(&m)?)
-    } else {
-        (reason_of(body, action.default_reason)?, None)
+    let (reason, priority) = match what {
+        OperatorMove::Retry => {
+            let m = body_object(body, &["reason", "priority"])?;
+            let reason = string_field(&m, "reason", false, MAX_REASON_LEN)?
+                .unwrap_or_else(|| what.default_reason().to_owned());
+            (reason, super::extract::priority_field(&m)?)
+        }
+        OperatorMove::Cancel => (reason_of(body, what.default_reason())?, None),
     };
-    let inst = operator_move(&state.pool, id, action.retry, &reason, priority).await?;
+    let inst = operator_move(&state.pool, id, what, &reason, priority).await?;
     Ok(Json(instance_json(&inst)))
 }
 
@@ -379,11 +374,7 @@ async fn retry(
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
-    let action = OperatorAction {
-        default_reason: "retried by operator",
-        retry: true,
-    };
-    operator_action(&state, &id, body, action).await
+    operator_action(&state, &id, body, OperatorMove::Retry).await
 }
 
 async fn cancel(
@@ -391,11 +382,7 @@ async fn cancel(
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
-    let action = OperatorAction {
-        default_reason: "cancelled by operator",
-        retry: false,
-    };
-    operator_action(&state, &id, body, action).await
+    operator_action(&state, &id, body, OperatorMove::Cancel).await
 }
 
 /// Most completions in one `POST /v1/completions`.

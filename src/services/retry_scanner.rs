@@ -71,7 +71,7 @@ impl RetryScanner {
         let resumed = tasks::resume_cooled_down(&mut tx, self.config.batch_size).await?;
         tx.commit().await?;
         for m in &moved {
-            tracing::info!(task_id = %m.task_id, window_key = %m.window_key, instance_id = %m.id, attempt = %m.status, reason = "backoff elapsed", "instance retried");
+            tracing::info!(task_id = %m.task_id, window_key = %m.window_key, instance_id = %m.id, attempt = m.attempt, reason = "backoff elapsed", "instance retried");
         }
         metrics::counter!("kairos_retries_total").increment(moved.len() as u64);
         Ok(RetryReport {

@@ -47,7 +47,7 @@ impl Batch {
         self.inserted
             .created
             .iter()
-            .filter(|c| c.status == InstanceStatus::Pending.as_str())
+            .filter(|c| c.status == InstanceStatus::Pending)
             .map(|c| c.task_id.as_str())
     }
 
@@ -58,7 +58,7 @@ impl Batch {
         if spans.is_on() {
             let now = chrono::Utc::now();
             for c in &self.inserted.created {
-                if c.status == InstanceStatus::Pending.as_str() {
+                if c.status == InstanceStatus::Pending {
                     spans.window(
                         c.id,
                         &c.task_id,

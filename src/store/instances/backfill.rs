@@ -249,7 +249,7 @@ pub async fn backfill(
             let r = insert_windows(&mut tx, chunk, actor).await?;
             for c in &r.created {
                 report.created += 1;
-                if c.status == InstanceStatus::Skipped.as_str() {
+                if c.status == InstanceStatus::Skipped {
                     report.skipped += 1;
                 } else {
                     report.materialised.push(c.clone());

@@ -8,7 +8,7 @@ use sqlx::PgConnection;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::{Created, InstanceRow};
+use super::InstanceRow;
 use crate::domain::instance::{Instance, InstanceStatus};
 use crate::domain::retry::{FailingAttempt, Failure, plan_failure};
 use crate::domain::task::RetryBackoff;
@@ -187,11 +187,20 @@ pub async fn record_failures(
     Ok(written)
 }
 
+/// An instance the retry scanner moved back to PENDING, with its new attempt.
+#[derive(Debug, Clone)]
+pub struct Retried {
+    pub id: Uuid,
+    pub task_id: String,
+    pub window_key: String,
+    pub attempt: i32,
+}
+
 /// FAILED instances whose backoff has passed → PENDING with `attempt + 1`, at most `limit` per
 /// call (the rate limit against retry storms), for the task's current agent (an attempt that
 /// was running when its task moved to another agent comes back to the new one). Wakes the
 /// agents' waiting claims.
-pub async fn retry_due(conn: &mut PgConnection, limit: i64, actor: &str) -> Result<Vec<Created>> {
+pub async fn retry_due(conn: &mut PgConnection, limit: i64, actor: &str) -> Result<Vec<Retried>> {
     let rows: Vec<(Uuid, String, String, String, i32)> =
         sqlx::query_as(sql!("instances/failures/retry_due"))
             .bind(limit)
@@ -201,13 +210,11 @@ pub async fn retry_due(conn: &mut PgConnection, limit: i64, actor: &str) -> Resu
     notify_work_of(conn, rows.iter().map(|r| r.3.as_str()).collect()).await?;
     Ok(rows
         .into_iter()
-        .map(|(id, task_id, window_key, _, attempt)| Created {
+        .map(|(id, task_id, window_key, _, attempt)| Retried {
             id,
             task_id,
             window_key,
-            status: format!("PENDING attempt {attempt}"),
-            trace_parent: None,
-            trace_state: None,
+            attempt,
         })
         .collect())
 }

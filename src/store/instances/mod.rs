@@ -61,7 +61,8 @@ pub use cancel::{
     move_unstarted_to_agent,
 };
 pub use failures::{
-    ReportedBy, RunningAttempt, lock_expired, record_failures, renew_after_outage, retry_due,
+    ReportedBy, Retried, RunningAttempt, lock_expired, record_failures, renew_after_outage,
+    retry_due,
 };
 pub(in crate::store) use give_back::record_throttled;
 pub use give_back::{GivenBack, Throttled, give_back};

@@ -42,7 +42,8 @@ pub struct Created {
     pub id: Uuid,
     pub task_id: String,
     pub window_key: String,
-    pub status: String,
+    #[sqlx(try_from = "String")]
+    pub status: InstanceStatus,
     /// The trace context it was created under (docs/tracing.md), if any.
     #[sqlx(default)]
     pub trace_parent: Option<String>,

@@ -12,7 +12,7 @@ use crate::domain::task::MAX_REASON_LEN;
 use crate::state::AppState;
 use crate::ui::render::csrf;
 use crate::ui::{AdminForm, Session, UiError, UiResult, page};
-use crate::usecases::instances::operator_move;
+use crate::usecases::instances::{OperatorMove, operator_move};
 
 pub async fn dead_queue(
     session: Session,
@@ -82,14 +82,10 @@ pub async fn dead_action(State(state): State<AppState>, form: AdminForm) -> UiRe
         Some((id, action)) => (vec![id], action),
         None => (form.all("ids"), form.get("action").unwrap_or("")),
     };
-    let retry = match action {
-        "retry" => true,
-        "cancel" => false,
-        other => {
-            return Err(UiError::bad_request(format!(
-                "action: {other:?} is not retry or cancel"
-            )));
-        }
+    let Some(what) = OperatorMove::parse(action) else {
+        return Err(UiError::bad_request(format!(
+            "action: {action:?} is not retry or cancel"
+        )));
     };
     if ids.is_empty() {
         return Err(UiError::bad_request("ids: select at least one instance"));
@@ -99,21 +95,14 @@ pub async fn dead_action(State(state): State<AppState>, form: AdminForm) -> UiRe
             "ids: at most {MAX_BULK} at once"
         )));
     }
-    let reason = reason_field(
-        &form,
-        if retry {
-            "retried by operator"
-        } else {
-            "cancelled by operator"
-        },
-    )?;
+    let reason = reason_field(&form, what.default_reason())?;
     let (mut ok, mut failed) = (0u32, 0u32);
     for raw in ids {
         let Ok(id) = Uuid::parse_str(raw) else {
             failed += 1;
             continue;
         };
-        match operator_move(&state.pool, id, retry, &reason, None).await {
+        match operator_move(&state.pool, id, what, &reason, None).await {
             Ok(_) => ok += 1,
             Err(e) if e.status().is_client_error() => {
                 tracing::info!(instance_id = %id, reason = %e.detail(), "console bulk action skipped an instance");
@@ -122,6 +111,6 @@ pub async fn dead_action(State(state): State<AppState>, form: AdminForm) -> UiRe
             Err(e) => return Err(e.into()),
         }
     }
-    let action = if retry { "retry" } else { "cancel" };
+    let action = what.name();
     Ok(Redirect::to(&format!("/ui/dead?action={action}&ok={ok}&failed={failed}")).into_response())
 }

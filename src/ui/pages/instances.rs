@@ -21,7 +21,7 @@ use crate::ui::limits::waiting_panel;
 use crate::ui::render::{self, csrf, status, time, time_opt};
 use crate::ui::{AdminForm, Session, UiError, UiResult, page};
 use crate::usecases::cursor::{instance_cursor, parse_instance_cursor};
-use crate::usecases::instances::operator_move;
+use crate::usecases::instances::{OperatorMove, operator_move};
 
 pub(super) fn instance_filter(
     session: &Session,
@@ -315,22 +315,16 @@ pub async fn instance_action(
     Path((id, action)): Path<(String, String)>,
     form: AdminForm,
 ) -> UiResult {
-    let retry = match action.as_str() {
-        "retry" => true,
-        "cancel" => false,
-        other => return Err(UiError::not_found(format!("no instance action {other:?}"))),
+    let Some(what) = OperatorMove::parse(&action) else {
+        return Err(UiError::not_found(format!("no instance action {action:?}")));
     };
     let uuid = Uuid::parse_str(&id)
         .map_err(|_| UiError::not_found(format!("no instance with id {id:?}")))?;
-    let reason = reason_field(
-        &form,
-        if retry {
-            "retried by operator"
-        } else {
-            "cancelled by operator"
-        },
-    )?;
-    operator_move(&state.pool, uuid, retry, &reason, None).await?;
-    let code = if retry { "retried" } else { "cancelled" };
+    let reason = reason_field(&form, what.default_reason())?;
+    operator_move(&state.pool, uuid, what, &reason, None).await?;
+    let code = match what {
+        OperatorMove::Retry => "retried",
+        OperatorMove::Cancel => "cancelled",
+    };
     Ok(Redirect::to(&format!("/ui/instances/{uuid}?done={code}")).into_response())
 }
