@@ -207,3 +207,100 @@ async fn a_statement_left_with_a_sequential_scan_in_a_hot_transaction_is_not_jit
         "no JIT in a hot transaction: {plan}"
     );
 }
+
+/// Tuples a plan (EXPLAIN ANALYZE's JSON) read from `relation`: rows returned and rows its
+/// filters removed, over every loop of every node that scans it.
+fn tuples_read(plan: &Value, relation: &str) -> f64 {
+    match plan {
+        Value::Object(map) => {
+            let own = if map.get("Relation Name").and_then(Value::as_str) == Some(relation) {
+                let num = |k: &str| map.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+                (num("Actual Rows") + num("Rows Removed by Filter")) * num("Actual Loops")
+            } else {
+                0.0
+            };
+            own + map.values().map(|v| tuples_read(v, relation)).sum::<f64>()
+        }
+        Value::Array(items) => items.iter().map(|v| tuples_read(v, relation)).sum(),
+        _ => 0.0,
+    }
+}
+
+#[sqlx::test]
+async fn a_claim_reads_none_of_the_backlog_of_tasks_whose_shared_limit_is_full(pool: PgPool) {
+    // 100 tasks of agent `plans` draw on limit `shared` (1 at once), with 300 PENDING windows
+    // each; one instance of p0 runs and holds the unit. Task q (10 at once) draws on nothing and has 5.
+    let limits = r#"{"execution": {"limits": [{"name": "shared"}]}}"#;
+    for stmt in [
+        "insert into limits (name, spec) values \
+             ('shared', '{\"concurrency\": 1, \"per_key\": false}')",
+        "insert into tasks (id, agent_id, spec, trigger_type) \
+             select 'p' || g, 'plans', $1::jsonb, 'manual' from generate_series(0, 99) g",
+        "insert into tasks (id, agent_id, spec, trigger_type) values ('q', 'plans', '{\"execution\": {\"concurrency_limit\": 10}}', 'manual')",
+    ] {
+        sqlx::query(stmt)
+            .bind(limits)
+            .execute(&pool)
+            .await
+            .expect("limits and tasks");
+    }
+    for k in 0..100 {
+        backlog(&pool, &format!("p{k}"), "plans", 300, 3600, 1).await;
+    }
+    backlog(&pool, "q", "plans", 5, 60, 1).await;
+    for stmt in [
+        "update task_instance set limit_draws = \
+             '[{\"name\": \"shared\", \"key\": \"\", \"cost\": 1}]' where task_id <> 'q'",
+        "update task_instance set status = 'RUNNING', started_at = now(), attempt = 1, \
+             lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute', \
+             run_slot = 0 \
+         where id = (select id from task_instance where task_id = 'p0' limit 1)",
+        "insert into limit_units (instance_id, limit_name, key, cost) \
+             select id, 'shared', '', 1 from task_instance where status = 'RUNNING'",
+        "analyze task_instance",
+    ] {
+        sqlx::query(stmt)
+            .execute(&pool)
+            .await
+            .expect("backlog on a full limit");
+    }
+
+    // The per-task read of a claim of 100 by agent `plans` (as the store runs it).
+    let read = include_str!("../src/store/sql/claim/pick/read_per_task_agent.sql");
+    let mut tx = kairos::store::begin_hot(&pool).await.expect("begin hot");
+    let (plan,): (Value,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "explain (analyze, format json) {read}"
+    )))
+    .bind("plans")
+    .bind(1000_i32)
+    .bind(100_i64)
+    .bind(None::<i64>)
+    .fetch_one(&mut *tx)
+    .await
+    .expect("explain the per-task read");
+    let rows: Vec<(uuid::Uuid, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select id, task_id from ({}) r",
+        read.lines()
+            .filter(|l| !l.trim_start().starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    )))
+    .bind("plans")
+    .bind(1000_i32)
+    .bind(100_i64)
+    .bind(None::<i64>)
+    .fetch_all(&mut *tx)
+    .await
+    .expect("the per-task read");
+    tx.rollback().await.expect("rollback");
+
+    assert_eq!(rows.len(), 5, "q's five windows are the claimable work");
+    assert!(rows.iter().all(|(_, task)| task == "q"), "{rows:?}");
+    // The 30,000 rows waiting on the full budget are not read one by one: what is read is
+    // bounded by the tasks (a probe each at most) and q's rows, not by the backlog.
+    let read = tuples_read(&plan, "task_instance");
+    assert!(
+        read < 1_000.0,
+        "the claim read {read} task_instance tuples with 30,000 waiting on a full budget; plan: {plan}"
+    );
+}

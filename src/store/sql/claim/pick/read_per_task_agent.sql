@@ -28,6 +28,13 @@ with blocked as materialized (
         least(/* fragment: task concurrency_limit */ coalesce((t.spec->'execution'->>'concurrency_limit')::int, 1), $2) as lim
     from tasks t
     where t.agent_id = $1 and t.dispatch_mode = 'poll' and not t.paused
+      -- A task drawing on a budget without keys that has no room: every waiting row of a task
+      -- draws on its limits (rendered afresh whenever they change), so none of its rows could
+      -- start now, and none is read (a full budget must not make each claim read the backlog).
+      and /* fragment: not blocked t */ not exists (select 1 from blocked b
+          where b.key is null
+            and coalesce(t.spec->'execution'->'limits', '[]'::jsonb)
+                @> jsonb_build_array(jsonb_build_object('name', b.name)))
 ), busy as (
     select e.id, e.lim
     from eligible e
