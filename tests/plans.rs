@@ -226,10 +226,10 @@ fn tuples_read(plan: &Value, relation: &str) -> f64 {
     }
 }
 
-#[sqlx::test]
-async fn a_claim_reads_none_of_the_backlog_of_tasks_whose_shared_limit_is_full(pool: PgPool) {
-    // 100 tasks of agent `plans` draw on limit `shared` (1 at once), with 300 PENDING windows
-    // each; one instance of p0 runs and holds the unit. Task q (10 at once) draws on nothing and has 5.
+/// 100 tasks of agent `plans` draw on limit `shared` (1 at once), with 300 PENDING windows
+/// each; one instance of p0 runs and holds the unit. Task q (10 at once) draws on nothing and
+/// has 5.
+async fn backlog_on_a_full_budget(pool: &PgPool) {
     let limits = r#"{"execution": {"limits": [{"name": "shared"}]}}"#;
     for stmt in [
         "insert into limits (name, spec) values \
@@ -240,14 +240,14 @@ async fn a_claim_reads_none_of_the_backlog_of_tasks_whose_shared_limit_is_full(p
     ] {
         sqlx::query(stmt)
             .bind(limits)
-            .execute(&pool)
+            .execute(pool)
             .await
             .expect("limits and tasks");
     }
     for k in 0..100 {
-        backlog(&pool, &format!("p{k}"), "plans", 300, 3600, 1).await;
+        backlog(pool, &format!("p{k}"), "plans", 300, 3600, 1).await;
     }
-    backlog(&pool, "q", "plans", 5, 60, 1).await;
+    backlog(pool, "q", "plans", 5, 60, 1).await;
     for stmt in [
         "update task_instance set limit_draws = \
              '[{\"name\": \"shared\", \"key\": \"\", \"cost\": 1}]' where task_id <> 'q'",
@@ -260,40 +260,59 @@ async fn a_claim_reads_none_of_the_backlog_of_tasks_whose_shared_limit_is_full(p
         "analyze task_instance",
     ] {
         sqlx::query(stmt)
-            .execute(&pool)
+            .execute(pool)
             .await
             .expect("backlog on a full limit");
     }
+}
 
-    // The per-task read of a claim of 100 by agent `plans` (as the store runs it).
-    let read = include_str!("../src/store/sql/claim/pick/read_per_task_agent.sql");
-    let mut tx = kairos::store::begin_hot(&pool).await.expect("begin hot");
+/// A claim's statement with its parameters `$1…` written in as `params` (EXPLAIN ANALYZE's
+/// plan, and the rows' id and task), in a hot transaction rolled back after.
+async fn explain_claim_read(
+    pool: &PgPool,
+    sql: &str,
+    params: &[&str],
+) -> (Value, Vec<(uuid::Uuid, String)>) {
+    // From the last parameter down, so `$1` never rewrites the start of `$10`.
+    let mut sql: String = sql
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    for (n, p) in params.iter().enumerate().rev() {
+        sql = sql.replace(&format!("${}", n + 1), p);
+    }
+    let mut tx = kairos::store::begin_hot(pool).await.expect("begin hot");
     let (plan,): (Value,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "explain (analyze, format json) {read}"
+        "explain (analyze, format json) {sql}"
     )))
-    .bind("plans")
-    .bind(1000_i32)
-    .bind(100_i64)
-    .bind(None::<i64>)
     .fetch_one(&mut *tx)
     .await
-    .expect("explain the per-task read");
-    let rows: Vec<(uuid::Uuid, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select id, task_id from ({}) r",
-        read.lines()
-            .filter(|l| !l.trim_start().starts_with("--"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    )))
-    .bind("plans")
-    .bind(1000_i32)
-    .bind(100_i64)
-    .bind(None::<i64>)
+    .expect("explain the read");
+    let rows: Vec<(Option<uuid::Uuid>, Option<String>)> = sqlx::query_as(sqlx::AssertSqlSafe(
+        format!("select id, task_id from ({sql}) r"),
+    ))
     .fetch_all(&mut *tx)
     .await
-    .expect("the per-task read");
+    .expect("the read");
     tx.rollback().await.expect("rollback");
+    let rows = rows
+        .into_iter()
+        .filter_map(|(id, task)| Some((id?, task?)))
+        .collect();
+    (plan, rows)
+}
 
+#[sqlx::test]
+async fn a_claim_reads_none_of_the_backlog_of_tasks_whose_shared_limit_is_full(pool: PgPool) {
+    backlog_on_a_full_budget(&pool).await;
+    // The per-task read of a claim of 100 by agent `plans` (as the store runs it).
+    let (plan, rows) = explain_claim_read(
+        &pool,
+        include_str!("../src/store/sql/claim/pick/read_per_task_agent.sql"),
+        &["'plans'::text", "1000", "100::bigint", "null"],
+    )
+    .await;
     assert_eq!(rows.len(), 5, "q's five windows are the claimable work");
     assert!(rows.iter().all(|(_, task)| task == "q"), "{rows:?}");
     // The 30,000 rows waiting on the full budget are not read one by one: what is read is
@@ -303,4 +322,22 @@ async fn a_claim_reads_none_of_the_backlog_of_tasks_whose_shared_limit_is_full(p
         read < 1_000.0,
         "the claim read {read} task_instance tuples with 30,000 waiting on a full budget; plan: {plan}"
     );
+}
+
+#[sqlx::test]
+async fn the_head_read_of_an_agent_with_a_task_on_a_full_shared_limit_hands_over_at_once(
+    pool: PgPool,
+) {
+    backlog_on_a_full_budget(&pool).await;
+    // The head read of a claim of 100 by agent `plans`: its rows of tasks on the full budget
+    // come first, so reading the head would walk them all; it hands over to the per-task read
+    // (which the test above checks) without reading them.
+    let sql = include_str!("../src/store/sql/claim/pick/read_head.sql");
+    let (plan, rows) = explain_claim_read(&pool, sql, &["'plans'::text", "100::bigint"]).await;
+    let read = tuples_read(&plan, "task_instance");
+    assert!(
+        read < 1_000.0,
+        "the head read {read} task_instance tuples with 30,000 waiting on a full budget"
+    );
+    assert!(rows.is_empty(), "{rows:?}");
 }

@@ -24,10 +24,11 @@ pub(super) async fn pick(
         // instances waited. When the head cannot settle the pick (its task has no room, or the
         // claim would take a task's second row), the per-task look below takes over.
         let scan = max;
-        let head = read_head(conn, agent_id, scan).await?;
-        let p = pick_within_limits(conn, &head, max).await?;
-        if p.settled_by_head(max, head.len() >= scan) {
-            return Ok((chosen_of(&head, &p), false));
+        if let Some(head) = read_head(conn, agent_id, scan).await? {
+            let p = pick_within_limits(conn, &head, max).await?;
+            if p.settled_by_head(max, head.len() >= scan) {
+                return Ok((chosen_of(&head, &p), false));
+            }
         }
         head_unsettled = true;
     }
@@ -115,20 +116,25 @@ fn chosen_of(rows: &[CandidateRow], p: &Pick<Uuid>) -> Vec<Chosen> {
         .collect()
 }
 
-/// A head row; its task's limit and room are read on the task's first row only.
+/// A head row; its task's limit and room are read on the task's first row only. The answer
+/// always has a row: with no head row, one of nulls, and when the head was not read (a task of
+/// the agent is on a full budget without keys), one with `handover`.
 #[derive(sqlx::FromRow)]
 struct HeadRow {
-    id: Uuid,
-    task_id: String,
-    first: bool,
+    id: Option<Uuid>,
+    task_id: Option<String>,
+    first: Option<bool>,
     room: Option<i64>,
     lim: Option<i32>,
     draws: Option<Json<Vec<RenderedDraw>>>,
-    priority: i16,
+    priority: Option<i16>,
+    handover: bool,
 }
 
 /// The agent's oldest available PENDING rows (locked, skipping rows other claimers hold), each
-/// with its task's room.
+/// with its task's room; `None` when the head is not read because a task of the agent draws on
+/// a budget without keys that has no room (its rows could fill the head: the per-task read
+/// passes over the task whole instead).
 ///
 /// Each task's limit and RUNNING count are read once, on its first head row, by a lookup per
 /// row: the work grows with the head, whatever the planner thinks of its size (a semi-join
@@ -137,33 +143,37 @@ async fn read_head(
     conn: &mut PgConnection,
     agent_id: &str,
     scan: usize,
-) -> Result<Vec<CandidateRow>> {
+) -> Result<Option<Vec<CandidateRow>>> {
     let rows: Vec<HeadRow> = sqlx::query_as(sql!("claim/pick/read_head"))
         .bind(agent_id)
         .bind(i64::try_from(scan).unwrap_or(i64::MAX))
         .fetch_all(&mut *conn)
         .await?;
-    Ok(head_candidates(rows))
+    if rows.iter().any(|r| r.handover) {
+        return Ok(None);
+    }
+    Ok(Some(head_candidates(rows)))
 }
 
 /// Every head row with its task's limit and room, as read on the task's first row.
 fn head_candidates(rows: Vec<HeadRow>) -> Vec<CandidateRow> {
     let of_task: std::collections::HashMap<String, (Option<i64>, Option<i32>)> = rows
         .iter()
-        .filter(|r| r.first)
-        .map(|r| (r.task_id.clone(), (r.room, r.lim)))
+        .filter(|r| r.first == Some(true))
+        .filter_map(|r| Some((r.task_id.clone()?, (r.room, r.lim))))
         .collect();
     rows.into_iter()
-        .map(|r| {
-            let (room, lim) = of_task.get(&r.task_id).copied().unwrap_or((None, None));
-            CandidateRow {
-                id: r.id,
-                task_id: r.task_id,
+        .filter_map(|r| {
+            let (id, task_id, priority) = (r.id?, r.task_id?, r.priority?);
+            let (room, lim) = of_task.get(&task_id).copied().unwrap_or((None, None));
+            Some(CandidateRow {
+                id,
+                task_id,
                 room,
                 lim,
                 draws: r.draws,
-                priority: r.priority,
-            }
+                priority,
+            })
         })
         .collect()
 }
@@ -198,13 +208,14 @@ mod tests {
     fn head_rows_take_their_tasks_room_from_the_tasks_first_row() {
         let row = |n: u128, task: &str, first: bool, room: Option<i64>, lim: Option<i32>| {
             super::HeadRow {
-                id: uuid::Uuid::from_u128(n),
-                task_id: task.to_owned(),
-                first,
+                id: Some(uuid::Uuid::from_u128(n)),
+                task_id: Some(task.to_owned()),
+                first: Some(first),
                 room,
                 lim,
                 draws: None,
-                priority: 5,
+                priority: Some(5),
+                handover: false,
             }
         };
         // a: room 2 of 5; p: paused (no room on its first row); b: room 0 of 1.
@@ -229,5 +240,17 @@ mod tests {
                 (5, None, None),
             ]
         );
+        // No head row: the answer's one row of nulls is no candidate.
+        let none = super::HeadRow {
+            id: None,
+            task_id: None,
+            first: None,
+            room: None,
+            lim: None,
+            draws: None,
+            priority: None,
+            handover: false,
+        };
+        assert!(super::head_candidates(vec![none]).is_empty());
     }
 }

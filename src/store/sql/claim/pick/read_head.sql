@@ -2,7 +2,11 @@
 -- claimers hold), passing over rows that draw on a budget with no room now ("blocked": held,
 -- its rate spent, or its concurrency units all taken). Each task's limit and RUNNING count are
 -- read once, on its first head row, by a lookup per row: the work grows with the head,
--- whatever the planner thinks of its size.
+-- whatever the planner thinks of its size. When a task of the agent draws on a budget without
+-- keys that has no room, the head is not read at all: that task's waiting rows may fill the
+-- head's order, and reading past them costs the whole backlog waiting on the budget. The
+-- answer is then one row with `handover` true and the rest null: the per-task read, which
+-- passes over such a task whole, takes over. With no head row, one row of nulls.
 -- $1 agent id, $2 how many rows.
 with blocked as materialized (
     /* fragment: blocked budgets */ select l.name,
@@ -23,10 +27,21 @@ with blocked as materialized (
         group by u.key
         having sum(u.cost) >= (l.spec->>'concurrency')::bigint
     ) b
+), handover as materialized (
+    select exists (
+        select 1 from tasks t
+        where exists (select 1 from blocked b where b.key is null)
+          and t.agent_id = $1 and t.dispatch_mode = 'poll' and not t.paused
+          and not (/* fragment: not blocked t */ not exists (select 1 from blocked b
+              where b.key is null
+                and coalesce(t.spec->'execution'->'limits', '[]'::jsonb)
+                    @> jsonb_build_array(jsonb_build_object('name', b.name))))
+    ) as yes
 ), head as (
     select i.id, i.task_id, i.priority, i.available_at, i.scheduled_at, i.limit_draws
     from task_instance i
-    where /* fragment: sources of claim */ i.status = 'PENDING'
+    where not (select yes from handover)
+      and /* fragment: sources of claim */ i.status = 'PENDING'
       and i.agent_id = $1
       and i.available_at <= now()
       and /* fragment: not blocked i */ (i.limit_draws is null
@@ -41,8 +56,10 @@ with blocked as materialized (
     select head.*, row_number() over (partition by head.task_id) = 1 as first
     from head
 )
-select h.id, h.task_id, h.first, r.room, r.lim, h.limit_draws as draws, h.priority
-from h
+select h.id, h.task_id, h.first, r.room, r.lim, h.limit_draws as draws, h.priority,
+    o.yes as handover
+from handover o
+left join h on true
 left join lateral (
     select l.lim,
         l.lim - (select count(*) from task_instance r
