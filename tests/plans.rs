@@ -9,18 +9,29 @@ use kairos::store::instances::queued_work_sql;
 use serde_json::Value;
 use sqlx::PgPool;
 
-/// The names of the indexes a plan (EXPLAIN's JSON) reads, in plan order.
-fn indexes_read(plan: &Value, out: &mut Vec<String>) {
-    match plan {
-        Value::Object(map) => {
-            if let Some(Value::String(name)) = map.get("Index Name") {
-                out.push(name.clone());
+/// Every node of a plan (EXPLAIN's JSON), in plan order.
+fn plan_nodes(plan: &Value) -> Vec<&serde_json::Map<String, Value>> {
+    let mut out = Vec::new();
+    let mut stack = vec![plan];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Object(map) => {
+                out.push(map);
+                stack.extend(map.values().rev());
             }
-            map.values().for_each(|v| indexes_read(v, out));
+            Value::Array(items) => stack.extend(items.iter().rev()),
+            _ => {}
         }
-        Value::Array(items) => items.iter().for_each(|v| indexes_read(v, out)),
-        _ => {}
     }
+    out
+}
+
+/// The names of the indexes a plan reads, in plan order.
+fn indexes_read(plan: &Value) -> Vec<&str> {
+    plan_nodes(plan)
+        .into_iter()
+        .filter_map(|n| n.get("Index Name")?.as_str())
+        .collect()
 }
 
 /// Manual tasks `{prefix}0` to `{prefix}99` of agent `plans`.
@@ -65,16 +76,13 @@ async fn the_wake_up_probe_of_a_drained_task_reads_the_pending_index_not_its_his
             .fetch_one(&pool)
             .await
             .expect("explain");
-    let mut read = Vec::new();
-    indexes_read(&plan, &mut read);
+    let read = indexes_read(&plan);
     assert!(
-        read.iter()
-            .any(|n| n == "task_instance_task_pending_priority_idx"),
+        read.contains(&"task_instance_task_pending_priority_idx"),
         "the probe should read the pending index; plan: {plan}"
     );
     assert!(
-        read.iter()
-            .all(|n| n != "task_instance_task_id_window_key_key"),
+        !read.contains(&"task_instance_task_id_window_key_key"),
         "the probe must not read the task's history; plan: {plan}"
     );
     let rows: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
@@ -91,20 +99,16 @@ async fn the_wake_up_probe_of_a_drained_task_reads_the_pending_index_not_its_his
     assert_eq!(rows, vec![("p6".to_owned(),)], "p6 has PENDING work");
 }
 
-/// Node types of a plan (EXPLAIN's JSON) with the relation each reads, in plan order.
-fn scans(plan: &Value, out: &mut Vec<(String, String)>) {
-    match plan {
-        Value::Object(map) => {
-            if let (Some(Value::String(node)), Some(Value::String(rel))) =
-                (map.get("Node Type"), map.get("Relation Name"))
-            {
-                out.push((node.clone(), rel.clone()));
-            }
-            map.values().for_each(|v| scans(v, out));
-        }
-        Value::Array(items) => items.iter().for_each(|v| scans(v, out)),
-        _ => {}
-    }
+/// Node types of a plan with the relation each reads, in plan order.
+fn scans(plan: &Value) -> Vec<(String, String)> {
+    plan_nodes(plan)
+        .into_iter()
+        .filter_map(|n| {
+            let node = n.get("Node Type")?.as_str()?;
+            let rel = n.get("Relation Name")?.as_str()?;
+            Some((node.to_owned(), rel.to_owned()))
+        })
+        .collect()
 }
 
 #[sqlx::test]
@@ -149,9 +153,7 @@ async fn a_hot_transaction_finds_rows_by_key_while_the_statistics_say_the_table_
                 .await
                 .expect("show");
             tx.commit().await.expect("commit");
-            let mut read = Vec::new();
-            scans(&plan, &mut read);
-            (read, setting, plan)
+            (scans(&plan), setting, plan)
         }
     };
 
@@ -196,8 +198,7 @@ async fn a_statement_left_with_a_sequential_scan_in_a_hot_transaction_is_not_jit
         .await
         .expect("explain");
     tx.commit().await.expect("commit");
-    let mut read = Vec::new();
-    scans(&plan, &mut read);
+    let read = scans(&plan);
     assert!(
         read.iter().any(|(node, _)| node == "Seq Scan"),
         "the scan still runs: {plan}"
@@ -211,24 +212,19 @@ async fn a_statement_left_with_a_sequential_scan_in_a_hot_transaction_is_not_jit
 /// Tuples a plan (EXPLAIN ANALYZE's JSON) read from `relation`: rows returned and rows its
 /// filters removed, over every loop of every node that scans it.
 fn tuples_read(plan: &Value, relation: &str) -> f64 {
-    match plan {
-        Value::Object(map) => {
-            let own = if map.get("Relation Name").and_then(Value::as_str) == Some(relation) {
-                let num = |k: &str| map.get(k).and_then(Value::as_f64).unwrap_or(0.0);
-                (num("Actual Rows") + num("Rows Removed by Filter")) * num("Actual Loops")
-            } else {
-                0.0
-            };
-            own + map.values().map(|v| tuples_read(v, relation)).sum::<f64>()
-        }
-        Value::Array(items) => items.iter().map(|v| tuples_read(v, relation)).sum(),
-        _ => 0.0,
-    }
+    plan_nodes(plan)
+        .into_iter()
+        .filter(|n| n.get("Relation Name").and_then(Value::as_str) == Some(relation))
+        .map(|n| {
+            let num = |k: &str| n.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+            (num("Actual Rows") + num("Rows Removed by Filter")) * num("Actual Loops")
+        })
+        .sum()
 }
 
 /// 100 tasks of agent `plans` draw on limit `shared` (1 at once), with 300 PENDING windows
 /// each; one instance of p0 runs and holds the unit. Task q (10 at once) draws on nothing and
-/// has 5.
+/// has 5; so does task f of agent `free`.
 async fn backlog_on_a_full_budget(pool: &PgPool) {
     let limits = r#"{"execution": {"limits": [{"name": "shared"}]}}"#;
     for stmt in [
@@ -236,7 +232,9 @@ async fn backlog_on_a_full_budget(pool: &PgPool) {
              ('shared', '{\"concurrency\": 1, \"per_key\": false}')",
         "insert into tasks (id, agent_id, spec, trigger_type) \
              select 'p' || g, 'plans', $1::jsonb, 'manual' from generate_series(0, 99) g",
-        "insert into tasks (id, agent_id, spec, trigger_type) values ('q', 'plans', '{\"execution\": {\"concurrency_limit\": 10}}', 'manual')",
+        "insert into tasks (id, agent_id, spec, trigger_type) values \
+             ('q', 'plans', '{\"execution\": {\"concurrency_limit\": 10, \"limits\": []}}', 'manual'), \
+             ('f', 'free', '{\"execution\": {\"concurrency_limit\": 10, \"limits\": []}}', 'manual')",
     ] {
         sqlx::query(stmt)
             .bind(limits)
@@ -248,9 +246,10 @@ async fn backlog_on_a_full_budget(pool: &PgPool) {
         backlog(pool, &format!("p{k}"), "plans", 300, 3600, 1).await;
     }
     backlog(pool, "q", "plans", 5, 60, 1).await;
+    backlog(pool, "f", "free", 5, 60, 1).await;
     for stmt in [
         "update task_instance set limit_draws = \
-             '[{\"name\": \"shared\", \"key\": \"\", \"cost\": 1}]' where task_id <> 'q'",
+             '[{\"name\": \"shared\", \"key\": \"\", \"cost\": 1}]' where task_id like 'p%'",
         "update task_instance set status = 'RUNNING', started_at = now(), attempt = 1, \
              lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute', \
              run_slot = 0 \
@@ -273,12 +272,12 @@ async fn explain_claim_read(
     sql: &str,
     params: &[&str],
 ) -> (Value, Vec<(uuid::Uuid, String)>) {
-    // From the last parameter down, so `$1` never rewrites the start of `$10`.
     let mut sql: String = sql
         .lines()
         .filter(|l| !l.trim_start().starts_with("--"))
         .collect::<Vec<_>>()
         .join("\n");
+    // From the last parameter down, so `$1` never rewrites the start of `$10`.
     for (n, p) in params.iter().enumerate().rev() {
         sql = sql.replace(&format!("${}", n + 1), p);
     }
@@ -340,4 +339,26 @@ async fn the_head_read_of_an_agent_with_a_task_on_a_full_shared_limit_hands_over
         "the head read {read} task_instance tuples with 30,000 waiting on a full budget"
     );
     assert!(rows.is_empty(), "{rows:?}");
+}
+
+#[sqlx::test]
+async fn the_claim_reads_of_an_agent_that_draws_on_no_limit_never_read_the_budgets(pool: PgPool) {
+    backlog_on_a_full_budget(&pool).await;
+    // Agent `free` draws on no limit: however busy the budgets of others are, its claims do
+    // not sum their units.
+    for (sql, params) in [
+        (
+            include_str!("../src/store/sql/claim/pick/read_head.sql"),
+            &["'free'::text", "100::bigint"][..],
+        ),
+        (
+            include_str!("../src/store/sql/claim/pick/read_per_task_agent.sql"),
+            &["'free'::text", "1000", "100::bigint", "null"][..],
+        ),
+    ] {
+        let (plan, rows) = explain_claim_read(&pool, sql, params).await;
+        assert_eq!(rows.len(), 5, "f's five windows");
+        let read = tuples_read(&plan, "limit_units");
+        assert_eq!(read, 0.0, "an agent without limits read {read} unit rows");
+    }
 }

@@ -77,10 +77,12 @@ mod tests {
                 .to_owned(),
             // True when task `t` draws on no budget of `blocked` that has no key: such a
             // budget is all or nothing for every waiting row of the task, since they draw on
-            // the task's limits (rendered afresh whenever those change).
-            "not blocked t" => "not exists (select 1 from blocked b where b.key is null \
-                and coalesce(t.spec->'execution'->'limits', '[]'::jsonb) \
-                @> jsonb_build_array(jsonb_build_object('name', b.name)))"
+            // the task's limits (rendered afresh whenever those change). A task without
+            // limits is answered before `blocked` is read, so it never sums anyone's units.
+            "not blocked t" => "(coalesce(t.spec->'execution'->'limits', '[]'::jsonb) = '[]'::jsonb \
+                or not exists (select 1 from blocked b where b.key is null \
+                and t.spec->'execution'->'limits' \
+                @> jsonb_build_array(jsonb_build_object('name', b.name))))"
                 .to_owned(),
             "task concurrency_limit" => TASK_LIMIT_SQL.to_string(),
             "task timeout_seconds" => TASK_TIMEOUT_SQL.to_string(),

@@ -30,12 +30,12 @@ with blocked as materialized (
 ), handover as materialized (
     select exists (
         select 1 from tasks t
-        where exists (select 1 from blocked b where b.key is null)
-          and t.agent_id = $1 and t.dispatch_mode = 'poll' and not t.paused
-          and not (/* fragment: not blocked t */ not exists (select 1 from blocked b
-              where b.key is null
-                and coalesce(t.spec->'execution'->'limits', '[]'::jsonb)
-                    @> jsonb_build_array(jsonb_build_object('name', b.name))))
+        where t.agent_id = $1 and t.dispatch_mode = 'poll' and not t.paused
+          and not /* fragment: not blocked t */ (coalesce(t.spec->'execution'->'limits', '[]'::jsonb) = '[]'::jsonb
+           or not exists (select 1 from blocked b
+                          where b.key is null
+                            and t.spec->'execution'->'limits'
+                                @> jsonb_build_array(jsonb_build_object('name', b.name))))
     ) as yes
 ), head as (
     select i.id, i.task_id, i.priority, i.available_at, i.scheduled_at, i.limit_draws

@@ -31,10 +31,12 @@ with blocked as materialized (
       -- A task drawing on a budget without keys that has no room: every waiting row of a task
       -- draws on its limits (rendered afresh whenever they change), so none of its rows could
       -- start now, and none is read (a full budget must not make each claim read the backlog).
-      and /* fragment: not blocked t */ not exists (select 1 from blocked b
-          where b.key is null
-            and coalesce(t.spec->'execution'->'limits', '[]'::jsonb)
-                @> jsonb_build_array(jsonb_build_object('name', b.name)))
+      -- A task that draws on no limit never reads the budgets.
+      and /* fragment: not blocked t */ (coalesce(t.spec->'execution'->'limits', '[]'::jsonb) = '[]'::jsonb
+           or not exists (select 1 from blocked b
+                          where b.key is null
+                            and t.spec->'execution'->'limits'
+                                @> jsonb_build_array(jsonb_build_object('name', b.name))))
 ), busy as (
     select e.id, e.lim
     from eligible e
