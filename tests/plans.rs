@@ -224,7 +224,7 @@ fn tuples_read(plan: &Value, relation: &str) -> f64 {
 
 /// 100 tasks of agent `plans` draw on limit `shared` (1 at once), with 300 PENDING windows
 /// each; one instance of p0 runs and holds the unit. Task q (10 at once) draws on nothing and
-/// has 5; so does task f of agent `free`.
+/// has 5; so does task f of agent `free`, which has 1,000 other tasks without work or limits.
 async fn backlog_on_a_full_budget(pool: &PgPool) {
     let limits = r#"{"execution": {"limits": [{"name": "shared"}]}}"#;
     for stmt in [
@@ -247,6 +247,15 @@ async fn backlog_on_a_full_budget(pool: &PgPool) {
     }
     backlog(pool, "q", "plans", 5, 60, 1).await;
     backlog(pool, "f", "free", 5, 60, 1).await;
+    // Agent `free` has 1,000 more tasks, none drawing on a limit, none with work.
+    sqlx::query(
+        "insert into tasks (id, agent_id, spec, trigger_type) \
+         select 'f' || g, 'free', '{\"execution\": {\"limits\": []}}', 'manual' \
+         from generate_series(1, 1000) g",
+    )
+    .execute(pool)
+    .await
+    .expect("free's other tasks");
     for stmt in [
         "update task_instance set limit_draws = \
              '[{\"name\": \"shared\", \"key\": \"\", \"cost\": 1}]' where task_id like 'p%'",
@@ -361,4 +370,16 @@ async fn the_claim_reads_of_an_agent_that_draws_on_no_limit_never_read_the_budge
         let read = tuples_read(&plan, "limit_units");
         assert_eq!(read, 0.0, "an agent without limits read {read} unit rows");
     }
+}
+
+#[sqlx::test]
+async fn the_head_read_looks_for_full_budgets_among_the_agents_limited_tasks_only(pool: PgPool) {
+    backlog_on_a_full_budget(&pool).await;
+    // Whether a task of `free` waits on a full budget is asked of its tasks that draw on
+    // limits (none), not of its 1,001 tasks: the head read stays as small as the head.
+    let sql = include_str!("../src/store/sql/claim/pick/read_head.sql");
+    let (plan, rows) = explain_claim_read(&pool, sql, &["'free'::text", "100::bigint"]).await;
+    assert_eq!(rows.len(), 5, "f's five windows");
+    let read = tuples_read(&plan, "tasks");
+    assert!(read < 100.0, "the head read {read} task rows");
 }

@@ -29,8 +29,10 @@ with blocked as materialized (
     ) b
 ), handover as materialized (
     select exists (
+        -- tasks_agent_limited_idx: the agent's tasks that draw on limits, none of the others.
         select 1 from tasks t
-        where t.agent_id = $1 and t.dispatch_mode = 'poll' and not t.paused
+        where t.agent_id = $1 and t.spec->'execution'->'limits' <> '[]'::jsonb
+          and t.dispatch_mode = 'poll' and not t.paused
           and not /* fragment: not blocked t */ (coalesce(t.spec->'execution'->'limits', '[]'::jsonb) = '[]'::jsonb
            or not exists (select 1 from blocked b
                           where b.key is null
