@@ -28,8 +28,13 @@ with blocked as materialized (
         having sum(u.cost) >= (l.spec->>'concurrency')::bigint
     ) b
 ), handover as materialized (
-    select exists (
-        -- tasks_agent_limited_idx: the agent's tasks that draw on limits, none of the others.
+    -- In this order, each asked only when the one before says yes: whether the agent has a
+    -- task that draws on limits (tasks_agent_limited_idx, one row), whether a budget without
+    -- keys has no room, and only then whether one of those tasks draws on such a budget.
+    select exists (select 1 from tasks t
+                   where t.agent_id = $1 and t.spec->'execution'->'limits' <> '[]'::jsonb)
+       and exists (select 1 from blocked b where b.key is null)
+       and exists (
         select 1 from tasks t
         where t.agent_id = $1 and t.spec->'execution'->'limits' <> '[]'::jsonb
           and t.dispatch_mode = 'poll' and not t.paused
