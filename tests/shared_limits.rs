@@ -780,6 +780,72 @@ async fn a_hold_stops_only_that_limits_instances_until_it_lifts_or_is_released(p
     assert_eq!(got[0]["context"]["params"]["tenant"], "a");
 }
 
+/// Keys and reasons are measured in characters, as the API's JSON Schema `maxLength` counts them
+/// (a 256-character key of three-byte characters holds and releases), and control characters
+/// are refused on `key` and `reason` with a 422 naming the field.
+#[sqlx::test]
+async fn hold_keys_count_characters_and_refuse_control_characters(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    limit_ok(&app, "pkc", json!({"concurrency": 5, "per_key": true})).await;
+    task_ok(
+        &app,
+        "tenant-chars",
+        manual_body(
+            "kc",
+            json!({"concurrency_limit": 100,
+                   "limits": [{"name": "pkc", "key": "{{params.tenant}}"}]}),
+        ),
+    )
+    .await;
+    let wide = "租".repeat(256);
+    let (status, view) = json(
+        app.post(
+            "/v1/limits/pkc/hold",
+            json!({"seconds": 600, "key": wide, "reason": "限流".repeat(512)}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{view}");
+    trigger(&app, "tenant-chars", 1, json!({"params": {"tenant": wide}})).await;
+    assert!(claim(&app, "kc", "w1", 10, json!({})).await.is_empty());
+    let (status, view) = json(
+        app.post("/v1/limits/pkc/release", json!({"key": wide}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(claim(&app, "kc", "w1", 10, json!({})).await.len(), 1);
+
+    for (path, body, field) in [
+        (
+            "hold",
+            json!({"seconds": 60, "key": "租".repeat(257)}),
+            "key",
+        ),
+        ("hold", json!({"seconds": 60, "key": "a\u{1}b"}), "key"),
+        (
+            "hold",
+            json!({"seconds": 60, "key": "a", "reason": "x\u{85}"}),
+            "reason",
+        ),
+        (
+            "hold",
+            json!({"seconds": 60, "key": "a", "reason": "x".repeat(1025)}),
+            "reason",
+        ),
+        ("release", json!({"key": "a\u{7f}"}), "key"),
+        ("release", json!({"key": "租".repeat(257)}), "key"),
+    ] {
+        let (status, problem) = json(
+            app.post(&format!("/v1/limits/pkc/{path}"), body.clone())
+                .await,
+        )
+        .await;
+        assert_invalid(&format!("{path} {body}"), status, &problem, field);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. Throttled fails.
 

@@ -436,7 +436,24 @@ async fn a_window_key_that_is_an_instant_names_one_window_however_it_is_spelled(
     .await;
     assert_eq!(status, 201, "{free}");
     assert_eq!(free["window_key"], "Batch 7");
-    assert_eq!(common::windows(&pool, "rerun").await.len(), 3);
+    // Keys are measured in characters (as JSON Schema's maxLength and PostgreSQL's length()).
+    let wide = "批".repeat(256);
+    let (status, body) = json(
+        app.post("/v1/tasks/rerun/trigger", json!({"window_key": wide}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = json(
+        app.post(
+            "/v1/tasks/rerun/trigger",
+            json!({"window_key": "批".repeat(257)}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(common::windows(&pool, "rerun").await.len(), 4);
     // The list filter takes any spelling too.
     let (_, page) = json(
         app.get("/v1/instances?task_id=rerun&window_key=2030-12-01T08:00:00%2B08:00")

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::task::{FieldError, json_integer};
+use super::text::at_most_chars;
 
 /// Largest `concurrency`.
 pub const MAX_CONCURRENCY: i64 = 100_000;
@@ -235,8 +236,8 @@ pub fn parse_limit(body: &Value) -> Result<LimitSpec, Vec<FieldError>> {
 /// Check a key template: literal text with `{{task_id}}`, `{{agent_id}}` and
 /// `{{params.<field>[.<field>…]}}` (fields of letters, digits, `_` and `-`).
 pub fn check_key_template(t: &str) -> Result<(), String> {
-    if t.len() > MAX_KEY_LEN {
-        return Err(format!("must be at most {MAX_KEY_LEN} bytes"));
+    if !at_most_chars(t, MAX_KEY_LEN) {
+        return Err(format!("must be at most {MAX_KEY_LEN} characters"));
     }
     let mut rest = t;
     while let Some(open) = rest.find("{{") {

@@ -14,6 +14,12 @@ pub fn has_nul(s: &str) -> bool {
     s.contains('\0')
 }
 
+/// True when `s` is at most `max` characters long, counted as JSON Schema's `maxLength` and
+/// PostgreSQL's `length()` count them (Unicode code points, not bytes).
+pub fn at_most_chars(s: &str, max: usize) -> bool {
+    s.len() <= max || s.chars().count() <= max
+}
+
 /// `s` without its U+0000 characters.
 pub fn without_nul(s: &str) -> String {
     s.chars().filter(|c| *c != '\0').collect()

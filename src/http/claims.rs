@@ -72,11 +72,10 @@ fn name_field(m: &serde_json::Map<String, Value>, key: &str) -> Result<String, A
 
 /// `claim_id`: optional, 1–128 characters of any text but control characters.
 fn claim_id_field(m: &serde_json::Map<String, Value>) -> Result<Option<String>, ApiError> {
-    // Up to four bytes a character; the count of characters is checked next.
-    let Some(v) = string_field(m, "claim_id", false, 4 * MAX_CLAIM_ID_CHARS)? else {
+    let Some(v) = string_field(m, "claim_id", false, MAX_CLAIM_ID_CHARS)? else {
         return Ok(None);
     };
-    if v.is_empty() || v.chars().count() > MAX_CLAIM_ID_CHARS || v.chars().any(char::is_control) {
+    if v.is_empty() || v.chars().any(char::is_control) {
         return Err(ApiError::invalid(
             "claim_id",
             "must be 1-128 characters without control characters",

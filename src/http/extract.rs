@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::domain::task::{FieldError, json_integer, parse_timestamp};
-use crate::domain::text::{NUL_REFUSED, has_nul, nul_in_json};
+use crate::domain::text::{NUL_REFUSED, at_most_chars, has_nul, nul_in_json};
 use crate::problem::ApiError;
 
 /// A JSON body. An empty body is `Value::Null` (handlers decide whether that is allowed).
@@ -203,10 +203,10 @@ pub fn string_field(
     match m.get(key) {
         None | Some(Value::Null) if required => Err(ApiError::invalid(key, "is required")),
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if s.len() <= max => Ok(Some(s.clone())),
+        Some(Value::String(s)) if at_most_chars(s, max) => Ok(Some(s.clone())),
         Some(_) => Err(ApiError::invalid(
             key,
-            format!("must be a string of at most {max} bytes"),
+            format!("must be a string of at most {max} characters"),
         )),
     }
 }

@@ -18,6 +18,7 @@ use crate::domain::schedule::{CronSchedule, format_instant, window_key};
 use crate::domain::task::{
     FieldError, MAX_CONTEXT_BYTES, MAX_REASON_LEN, Overlap, Task, parse_submission, parse_timestamp,
 };
+use crate::domain::text::at_most_chars;
 use crate::problem::ApiError;
 use crate::route_table::RouteTable;
 use crate::state::AppState;
@@ -237,11 +238,11 @@ async fn pause_task(
             }
             match o.get("reason") {
                 None | Some(Value::Null) => None,
-                Some(Value::String(s)) if s.len() <= MAX_REASON_LEN => Some(s.clone()),
+                Some(Value::String(s)) if at_most_chars(s, MAX_REASON_LEN) => Some(s.clone()),
                 Some(_) => {
                     return Err(ApiError::invalid(
                         "reason",
-                        format!("must be a string of at most {MAX_REASON_LEN} bytes"),
+                        format!("must be a string of at most {MAX_REASON_LEN} characters"),
                     ));
                 }
             }

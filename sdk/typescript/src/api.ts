@@ -1410,7 +1410,7 @@ export interface components {
              */
             url: components["schemas"]["OutboundUrl"];
             /**
-             * @description Required. Key of the `Kairos-Signature` HMAC-SHA256 on every push (1–1024 bytes).
+             * @description Required. Key of the `Kairos-Signature` HMAC-SHA256 on every push (1–1024 characters).
              *     Write-only: stored, never returned.
              * @example 7f3b9c2e-push-signing-key
              */
@@ -1451,7 +1451,7 @@ export interface components {
             on_failure?: components["schemas"]["OutboundUrl"][];
             /**
              * @description Optional. When set, every delivery carries `Kairos-Signature: t=<unix>,v1=<hex
-             *     HMAC-SHA256(secret, "<t>.<body>")>`; without it deliveries are unsigned. 1–1024 bytes.
+             *     HMAC-SHA256(secret, "<t>.<body>")>`; without it deliveries are unsigned. 1–1024 characters.
              *     Write-only: stored, never returned.
              */
             secret?: string;
@@ -1610,7 +1610,7 @@ export interface components {
             next_cursor: string | null;
         };
         PauseRequest: {
-            /** @description Stored as `paused_reason` (at most 1024 bytes). Default `paused by operator`. */
+            /** @description Stored as `paused_reason` (at most 1024 characters). Default `paused by operator`. */
             reason?: string | null;
         };
         TaskPreview: {
@@ -1971,7 +1971,7 @@ export interface components {
         };
         FailRequest: {
             lease_token: components["schemas"]["LeaseToken"];
-            /** @description What went wrong. Accepted up to 65536 bytes (else `422`); stored cut to 4096 bytes, ending in `...`. */
+            /** @description What went wrong. Accepted up to 65536 characters (else `422`); stored cut to 4096 bytes, ending in `...`. */
             error: string;
             /**
              * @description `false` makes the instance DEAD at once, whatever attempts remain.
@@ -2016,14 +2016,14 @@ export interface components {
         /** @description Optional body of an operator retry or cancel. */
         ReasonRequest: {
             /**
-             * @description Recorded on the event (and, for cancel, as `error`); at most 1024 bytes. Default
+             * @description Recorded on the event (and, for cancel, as `error`); at most 1024 characters. Default
              *     `retried by operator` or `cancelled by operator`.
              */
             reason?: string | null;
         };
         /** @description Optional body of an operator retry. */
         RetryRequest: {
-            /** @description Recorded on the event; at most 1024 bytes. Default `retried by operator`. */
+            /** @description Recorded on the event; at most 1024 characters. Default `retried by operator`. */
             reason?: string | null;
             /** @description The retried instance's priority (0 most urgent, 9 least); it keeps its own when absent. */
             priority?: number | null;
@@ -2035,7 +2035,7 @@ export interface components {
          */
         TriggerRequest: {
             /**
-             * @description The instance's key; at most 256 bytes (UTF-8), not empty, without control
+             * @description The instance's key; at most 256 characters, not empty, without control
              *     characters. A key the task already has returns that instance (`200`). Default
              *     `manual:<uuid>` (a fresh key: always a new run).
              * @example rerun-2026-11-29
@@ -2067,7 +2067,7 @@ export interface components {
             priority?: number | null;
             /**
              * @description For a task with `execution.debounce`: the triggers of one key coalesce, those of
-             *     different keys do not (one waiting run per tenant, say). At most 256 bytes (UTF-8),
+             *     different keys do not (one waiting run per tenant, say). At most 256 characters,
              *     not empty, without control characters. Default: the task's id. Not with
              *     `window_key`, and only for a debounced task (else `422` on `debounce_key`).
              * @example tenant-acme
@@ -2159,7 +2159,7 @@ export interface components {
             name: components["schemas"]["LimitName"];
             /**
              * @description Which budget of a `per_key` limit the instance draws from (required there; ignored
-             *     by a limit without `per_key`). A template of at most 256 bytes: literal text with
+             *     by a limit without `per_key`). A template of at most 256 characters: literal text with
              *     `{{task_id}}`, `{{agent_id}}` and `{{params.<field>[.<field>…]}}` (fields of
              *     letters, digits, `_` and `-`), rendered when the instance is created from its
              *     effective context (the task's `context` with a manual trigger's `context` merged
@@ -2323,17 +2323,17 @@ export interface components {
             /** @description Hold until now + this many seconds (at most one day). Required. */
             seconds: number;
             /**
-             * @description The rendered key whose budget to hold; required for a `per_key` limit (`422` on `key`), ignored otherwise. At most 256 bytes.
+             * @description The rendered key whose budget to hold; required for a `per_key` limit (`422` on `key`), ignored otherwise. At most 256 characters, without control characters.
              * @example acme
              */
             key?: string | null;
-            /** @description Shown as `held_reason` (at most 1024 bytes). Default `held by operator`. */
+            /** @description Shown as `held_reason` (at most 1024 characters, without control characters). Default `held by operator`. */
             reason?: string | null;
         };
         /** @description Optional body of `POST /v1/limits/{name}/release`. Unknown fields are `422`. */
         LimitReleaseRequest: {
             /**
-             * @description Lift only this key's hold (of a `per_key` limit; ignored otherwise). Absent or `null`, every hold of the limit is lifted.
+             * @description Lift only this key's hold (of a `per_key` limit; ignored otherwise; at most 256 characters, without control characters). Absent or `null`, every hold of the limit is lifted.
              * @example acme
              */
             key?: string | null;
@@ -2868,7 +2868,7 @@ export interface operations {
              *     fields, out-of-range numbers, bad enum values, invalid cron expressions or zones, bad
              *     timestamps, `dispatch.url`/`dispatch.secret` missing with `mode: webhook` (or given
              *     with `mode: poll`), a URL that is not `http(s)://`, names no host, carries
-             *     credentials or is longer than 2048 characters, a secret outside 1–1024 bytes, an
+             *     credentials or is longer than 2048 characters, a secret outside 1–1024 characters, an
              *     unknown `after` upstream or a dependency cycle, an `execution.limits` entry naming a
              *     limit twice or with an unknown key template variable; then (the first problem only)
              *     an entry naming no limit, a `per_key` limit without `key`, or a `cost` the limit
@@ -3134,11 +3134,11 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             /**
              * @description Invalid body: unknown fields; a body that is not a JSON object (field `""`);
-             *     `window_key` empty, longer than 256 bytes, or containing control characters;
+             *     `window_key` empty, longer than 256 characters, or containing control characters;
              *     `delay_seconds` not an integer from 0 to 31622400; `run_at` not an RFC 3339
              *     timestamp; `run_at` together with `delay_seconds` (reported on `run_at`); `context`
              *     not an object or larger than 65536 bytes serialized; `debounce_key` empty, longer
-             *     than 256 bytes, containing control characters, beside a `window_key`, or for a task
+             *     than 256 characters, containing control characters, beside a `window_key`, or for a task
              *     without `execution.debounce`; `run_at` or `delay_seconds` on a debounced trigger (a
              *     task with `execution.debounce`, no `window_key`).
              */

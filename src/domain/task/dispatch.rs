@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::fields::{Errors, check_url};
+use crate::domain::text::at_most_chars;
 
 /// Default `dispatch.timeout_seconds`: how long a webhook push waits for the receiver's answer.
 pub const DEFAULT_DISPATCH_TIMEOUT_SECONDS: i64 = 30;
@@ -78,7 +79,9 @@ pub(super) fn parse_dispatch(value: Option<&Value>, errs: &mut Errors) -> Dispat
                 }
             };
             let secret = match d.get("secret") {
-                Some(Value::String(s)) if !s.is_empty() && s.len() <= 1024 => Some(s.clone()),
+                Some(Value::String(s)) if !s.is_empty() && at_most_chars(s, 1024) => {
+                    Some(s.clone())
+                }
                 None | Some(Value::Null) => {
                     errs.push(
                         "dispatch.secret",

@@ -9,6 +9,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::domain::text::at_most_chars;
+
 /// Longest `agent_id`, `paused_reason` and similar free-text identifiers.
 pub const MAX_NAME_LEN: usize = 128;
 
@@ -188,7 +190,7 @@ fn join(prefix: &str, key: &str) -> String {
 
 /// Outbound URLs: http or https, a host, no credentials, bounded length.
 pub fn check_url(url: &str) -> Result<(), String> {
-    if url.len() > 2048 {
+    if !at_most_chars(url, 2048) {
         return Err("must be at most 2048 characters".to_owned());
     }
     let rest = if let Some(r) = url.strip_prefix("https://") {

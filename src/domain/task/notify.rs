@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::fields::{Errors, check_url};
+use crate::domain::text::at_most_chars;
 
 /// Most URLs in one `notify` list.
 pub const MAX_NOTIFY_URLS: usize = 10;
@@ -52,7 +53,7 @@ pub(super) fn parse_notify(value: Option<&Value>, errs: &mut Errors) -> Notify {
     let on_failure = list("on_failure");
     let secret = match n.get("secret") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) if !s.is_empty() && s.len() <= 1024 => Some(s.clone()),
+        Some(Value::String(s)) if !s.is_empty() && at_most_chars(s, 1024) => Some(s.clone()),
         Some(_) => {
             errs.push("notify.secret", "must be a string of 1-1024 characters");
             None
