@@ -81,11 +81,11 @@ struct AgentQueue {
     solo_running: bool,
 }
 
-/// What an agent's rounds know about its head.
+/// What an agent's rounds know about its head after a read of it in vain.
 struct HeadHint {
     /// Until when its rounds skip the head.
     until: Instant,
-    /// A round of the agent is reading the head now: the others skip it meanwhile.
+    /// A round of the agent is trying the head again now: the others skip it meanwhile.
     trying: bool,
 }
 
@@ -167,29 +167,21 @@ impl ClaimRounds {
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether `agent`'s next round reads the head first: not while a skip lasts, nor while
-    /// another round of the agent reads it. A round told [`HeadRead::Try`] reports how it went
-    /// with [`Self::note_head`].
+    /// Whether `agent`'s next round reads the head first. An agent whose head has not been
+    /// read in vain reads it in every round (rounds side by side too: a burst of many tasks
+    /// is settled by the head, and the per-task read would look at every task). After a read
+    /// in vain its rounds skip the head for [`HEAD_RETRY`]; then one round at a time tries it
+    /// again, the others going on with the per-task read. A round told [`HeadRead::Try`]
+    /// reports how it went with [`Self::note_head`].
     fn head_read(&self, agent: &str) -> HeadRead {
         let mut hints = self.head_hints();
-        let now = Instant::now();
-        if let Some(h) = hints.get_mut(agent) {
-            if h.trying || now < h.until {
-                return HeadRead::Skip;
-            }
-            h.trying = true;
+        let Some(h) = hints.get_mut(agent) else {
             return HeadRead::Try;
+        };
+        if h.trying || Instant::now() < h.until {
+            return HeadRead::Skip;
         }
-        if hints.len() >= HEAD_HINTS_PRUNE_AT {
-            hints.retain(|_, h| h.trying || h.until > now);
-        }
-        hints.insert(
-            agent.to_owned(),
-            HeadHint {
-                until: now,
-                trying: true,
-            },
-        );
+        h.trying = true;
         HeadRead::Try
     }
 
@@ -202,10 +194,17 @@ impl ClaimRounds {
                 hints.remove(agent);
             }
             Some(true) => {
-                if let Some(h) = hints.get_mut(agent) {
-                    h.trying = false;
-                    h.until = Instant::now() + HEAD_RETRY;
+                let now = Instant::now();
+                if hints.len() >= HEAD_HINTS_PRUNE_AT && !hints.contains_key(agent) {
+                    hints.retain(|_, h| h.trying || h.until > now);
                 }
+                hints.insert(
+                    agent.to_owned(),
+                    HeadHint {
+                        until: now + HEAD_RETRY,
+                        trying: false,
+                    },
+                );
             }
             None => {
                 if let Some(h) = hints.get_mut(agent) {
@@ -391,5 +390,50 @@ impl ClaimRounds {
             }
         }
         again
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rounds() -> ClaimRounds {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .connect_lazy("postgres://unused@127.0.0.1:1/unused")
+            .expect("a lazy pool");
+        ClaimRounds::new(pool, DEFAULT_MAX_ROUND, "test")
+    }
+
+    #[tokio::test]
+    async fn rounds_side_by_side_read_the_head_until_a_read_is_in_vain() {
+        let r = rounds();
+        // Two rounds of an agent at once both read the head (a burst of many tasks).
+        assert_eq!(r.head_read("a"), HeadRead::Try);
+        assert_eq!(r.head_read("a"), HeadRead::Try);
+        r.note_head("a", Some(false));
+        r.note_head("a", Some(false));
+        assert_eq!(r.head_read("a"), HeadRead::Try);
+        // A read in vain: the agent's rounds skip the head, other agents do not.
+        r.note_head("a", Some(true));
+        assert_eq!(r.head_read("a"), HeadRead::Skip);
+        assert_eq!(r.head_read("b"), HeadRead::Try);
+        // Once the skip ends, one round at a time tries the head again.
+        if let Some(h) = r.head_hints().get_mut("a") {
+            h.until = Instant::now();
+        }
+        assert_eq!(r.head_read("a"), HeadRead::Try);
+        assert_eq!(r.head_read("a"), HeadRead::Skip);
+        // It settled: every round reads the head again.
+        r.note_head("a", Some(false));
+        assert_eq!(r.head_read("a"), HeadRead::Try);
+        assert_eq!(r.head_read("a"), HeadRead::Try);
+        // A failed try (the round errored) lets the next round try.
+        r.note_head("a", Some(true));
+        if let Some(h) = r.head_hints().get_mut("a") {
+            h.until = Instant::now();
+        }
+        assert_eq!(r.head_read("a"), HeadRead::Try);
+        r.note_head("a", None);
+        assert_eq!(r.head_read("a"), HeadRead::Try);
     }
 }
