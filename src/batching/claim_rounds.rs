@@ -50,6 +50,8 @@ pub const DEFAULT_MAX_ROUND: usize = 1000;
 pub const ROUNDS_IN_FLIGHT: usize = 2;
 /// How long an agent's rounds skip the head after reading it in vain.
 pub const HEAD_RETRY: Duration = Duration::from_secs(1);
+/// How long after a head read in vain an agent's rounds read the head one at a time.
+pub const HEAD_CAREFUL: Duration = Duration::from_secs(10);
 /// Agents whose head hint is kept before expired hints are dropped.
 const HEAD_HINTS_PRUNE_AT: usize = 1024;
 
@@ -87,6 +89,9 @@ struct HeadHint {
     until: Instant,
     /// A round of the agent is trying the head again now: the others skip it meanwhile.
     trying: bool,
+    /// Until when one round at a time reads the head (the hint is dropped by the first read
+    /// that settles the pick after it).
+    careful_until: Instant,
 }
 
 /// A round taken from an agent's line.
@@ -168,11 +173,12 @@ impl ClaimRounds {
     }
 
     /// Whether `agent`'s next round reads the head first. An agent whose head has not been
-    /// read in vain reads it in every round (rounds side by side too: a burst of many tasks
-    /// is settled by the head, and the per-task read would look at every task). After a read
-    /// in vain its rounds skip the head for [`HEAD_RETRY`]; then one round at a time tries it
-    /// again, the others going on with the per-task read. A round told [`HeadRead::Try`]
-    /// reports how it went with [`Self::note_head`].
+    /// read in vain lately ([`HEAD_CAREFUL`]) reads it in every round, side by side too: a
+    /// burst of many tasks is settled by the head, and the per-task read would look at every
+    /// task. After a read in vain its rounds skip the head for [`HEAD_RETRY`]; then one round
+    /// at a time tries it again, the others going on with the per-task read, until a read
+    /// settles the pick after [`HEAD_CAREFUL`]. A round told [`HeadRead::Try`] reports how it
+    /// went with [`Self::note_head`].
     fn head_read(&self, agent: &str) -> HeadRead {
         let mut hints = self.head_hints();
         let Some(h) = hints.get_mut(agent) else {
@@ -186,25 +192,30 @@ impl ClaimRounds {
     }
 
     /// Record how `agent`'s head read went (`None`: the round failed): a read in vain starts
-    /// a skip; a read that settled the pick drops the hint.
+    /// a skip and a careful spell; a read that settles the pick after the spell drops the hint.
     fn note_head(&self, agent: &str, unsettled: Option<bool>) {
         let mut hints = self.head_hints();
+        let now = Instant::now();
         match unsettled {
-            Some(false) => {
-                hints.remove(agent);
-            }
             Some(true) => {
-                let now = Instant::now();
                 if hints.len() >= HEAD_HINTS_PRUNE_AT && !hints.contains_key(agent) {
-                    hints.retain(|_, h| h.trying || h.until > now);
+                    hints.retain(|_, h| h.trying || h.careful_until > now);
                 }
                 hints.insert(
                     agent.to_owned(),
                     HeadHint {
                         until: now + HEAD_RETRY,
                         trying: false,
+                        careful_until: now + HEAD_CAREFUL,
                     },
                 );
+            }
+            Some(false) => {
+                if hints.get(agent).is_some_and(|h| now >= h.careful_until) {
+                    hints.remove(agent);
+                } else if let Some(h) = hints.get_mut(agent) {
+                    h.trying = false;
+                }
             }
             None => {
                 if let Some(h) = hints.get_mut(agent) {
@@ -407,6 +418,12 @@ mod tests {
     #[tokio::test]
     async fn rounds_side_by_side_read_the_head_until_a_read_is_in_vain() {
         let r = rounds();
+        let spell_over = |r: &ClaimRounds| {
+            if let Some(h) = r.head_hints().get_mut("a") {
+                h.until = Instant::now();
+                h.careful_until = Instant::now();
+            }
+        };
         // Two rounds of an agent at once both read the head (a burst of many tasks).
         assert_eq!(r.head_read("a"), HeadRead::Try);
         assert_eq!(r.head_read("a"), HeadRead::Try);
@@ -417,23 +434,23 @@ mod tests {
         r.note_head("a", Some(true));
         assert_eq!(r.head_read("a"), HeadRead::Skip);
         assert_eq!(r.head_read("b"), HeadRead::Try);
-        // Once the skip ends, one round at a time tries the head again.
+        // Once the skip ends, one round at a time tries the head again, also after a read
+        // that settled the pick, while the careful spell lasts.
         if let Some(h) = r.head_hints().get_mut("a") {
             h.until = Instant::now();
         }
         assert_eq!(r.head_read("a"), HeadRead::Try);
         assert_eq!(r.head_read("a"), HeadRead::Skip);
-        // It settled: every round reads the head again.
         r.note_head("a", Some(false));
         assert_eq!(r.head_read("a"), HeadRead::Try);
-        assert_eq!(r.head_read("a"), HeadRead::Try);
+        assert_eq!(r.head_read("a"), HeadRead::Skip);
         // A failed try (the round errored) lets the next round try.
-        r.note_head("a", Some(true));
-        if let Some(h) = r.head_hints().get_mut("a") {
-            h.until = Instant::now();
-        }
-        assert_eq!(r.head_read("a"), HeadRead::Try);
         r.note_head("a", None);
+        assert_eq!(r.head_read("a"), HeadRead::Try);
+        // A read that settles after the spell: every round reads the head again.
+        spell_over(&r);
+        r.note_head("a", Some(false));
+        assert_eq!(r.head_read("a"), HeadRead::Try);
         assert_eq!(r.head_read("a"), HeadRead::Try);
     }
 }
