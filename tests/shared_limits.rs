@@ -115,6 +115,14 @@ fn manual_body(agent: &str, execution: Value) -> Value {
     json!({"agent_id": agent, "trigger": {"type": "manual"}, "execution": execution})
 }
 
+/// A manual poll-mode task of `agent` (`concurrency_limit` 100) whose instances draw on the
+/// `per_key` limit `limit`, keyed by their `params.tenant`.
+async fn tenant_task(app: &TestApp, id: &str, agent: &str, limit: &str) {
+    let draw = json!([{"name": limit, "key": "{{params.tenant}}"}]);
+    let execution = json!({"concurrency_limit": 100, "limits": draw});
+    task_ok(app, id, manual_body(agent, execution)).await;
+}
+
 /// The `field` of every validation error in a problem body.
 fn fields(problem: &Value) -> Vec<String> {
     problem["errors"]
@@ -583,16 +591,7 @@ async fn a_rate_of_five_per_two_seconds_with_burst_one_never_starts_more_than_si
 async fn per_key_budgets_are_separate_so_one_tenant_waits_while_the_others_run(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     limit_ok(&app, "tenant", json!({"concurrency": 1, "per_key": true})).await;
-    task_ok(
-        &app,
-        "per-tenant",
-        manual_body(
-            "pk",
-            json!({"concurrency_limit": 100,
-                   "limits": [{"name": "tenant", "key": "{{params.tenant}}"}]}),
-        ),
-    )
-    .await;
+    tenant_task(&app, "per-tenant", "pk", "tenant").await;
     // The second of tenant a is older than b's and c's.
     for t in ["a", "a", "b", "c"] {
         trigger(&app, "per-tenant", 1, json!({"params": {"tenant": t}})).await;
@@ -735,16 +734,7 @@ async fn a_hold_stops_only_that_limits_instances_until_it_lifts_or_is_released(p
 
     // per_key: a hold on key a leaves key b claimable.
     limit_ok(&app, "pkh", json!({"concurrency": 5, "per_key": true})).await;
-    task_ok(
-        &app,
-        "tenant-work",
-        manual_body(
-            "k",
-            json!({"concurrency_limit": 100,
-                   "limits": [{"name": "pkh", "key": "{{params.tenant}}"}]}),
-        ),
-    )
-    .await;
+    tenant_task(&app, "tenant-work", "k", "pkh").await;
     let (status, problem) = json(
         app.post("/v1/limits/pkh/hold", json!({"seconds": 60}))
             .await,
@@ -787,16 +777,7 @@ async fn a_hold_stops_only_that_limits_instances_until_it_lifts_or_is_released(p
 async fn hold_keys_count_characters_and_refuse_control_characters(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     limit_ok(&app, "pkc", json!({"concurrency": 5, "per_key": true})).await;
-    task_ok(
-        &app,
-        "tenant-chars",
-        manual_body(
-            "kc",
-            json!({"concurrency_limit": 100,
-                   "limits": [{"name": "pkc", "key": "{{params.tenant}}"}]}),
-        ),
-    )
-    .await;
+    tenant_task(&app, "tenant-chars", "kc", "pkc").await;
     let wide = "租".repeat(256);
     let (status, view) = json(
         app.post(

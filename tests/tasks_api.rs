@@ -393,14 +393,15 @@ async fn a_window_key_that_is_an_instant_names_one_window_however_it_is_spelled(
         json!({"agent_id": "a", "trigger": {"type": "manual"}}),
     )
     .await;
-    let (status, first) = json(
-        app.post(
-            "/v1/tasks/rerun/trigger",
-            json!({"window_key": "2030-12-01T08:00:00+08:00"}),
+    // A manual run of `rerun` under this window key.
+    let rerun = async |key: &str| {
+        json(
+            app.post("/v1/tasks/rerun/trigger", json!({"window_key": key}))
+                .await,
         )
-        .await,
-    )
-    .await;
+        .await
+    };
+    let (status, first) = rerun("2030-12-01T08:00:00+08:00").await;
     assert_eq!(status, 201, "{first}");
     assert_eq!(first["window_key"], "2030-12-01T00:00:00Z");
     assert_eq!(first["idempotency_key"], "rerun:2030-12-01T00:00:00Z");
@@ -410,48 +411,22 @@ async fn a_window_key_that_is_an_instant_names_one_window_however_it_is_spelled(
         "2030-12-01T00:00:00.000Z",
         "2030-12-01t00:00:00z",
     ] {
-        let (status, again) = json(
-            app.post("/v1/tasks/rerun/trigger", json!({"window_key": spelling}))
-                .await,
-        )
-        .await;
+        let (status, again) = rerun(spelling).await;
         assert_eq!(status, 200, "{spelling}: {again}");
         assert_eq!(again["id"], first["id"], "{spelling}");
     }
     // A fraction of a second is another instant, kept in the key; other keys stay as given.
-    let (status, frac) = json(
-        app.post(
-            "/v1/tasks/rerun/trigger",
-            json!({"window_key": "2030-12-01T08:00:00.5+08:00"}),
-        )
-        .await,
-    )
-    .await;
+    let (status, frac) = rerun("2030-12-01T08:00:00.5+08:00").await;
     assert_eq!(status, 201, "{frac}");
     assert_eq!(frac["window_key"], "2030-12-01T00:00:00.500Z");
-    let (status, free) = json(
-        app.post("/v1/tasks/rerun/trigger", json!({"window_key": "Batch 7"}))
-            .await,
-    )
-    .await;
+    let (status, free) = rerun("Batch 7").await;
     assert_eq!(status, 201, "{free}");
     assert_eq!(free["window_key"], "Batch 7");
     // Keys are measured in characters (as JSON Schema's maxLength and PostgreSQL's length()).
     let wide = "批".repeat(256);
-    let (status, body) = json(
-        app.post("/v1/tasks/rerun/trigger", json!({"window_key": wide}))
-            .await,
-    )
-    .await;
+    let (status, body) = rerun(&wide).await;
     assert_eq!(status, 201, "{body}");
-    let (status, body) = json(
-        app.post(
-            "/v1/tasks/rerun/trigger",
-            json!({"window_key": "批".repeat(257)}),
-        )
-        .await,
-    )
-    .await;
+    let (status, body) = rerun(&"批".repeat(257)).await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(common::windows(&pool, "rerun").await.len(), 4);
     // The list filter takes any spelling too.
@@ -471,14 +446,7 @@ async fn a_window_key_that_is_an_instant_names_one_window_however_it_is_spelled(
     .execute(&pool)
     .await
     .expect("legacy row");
-    let (status, legacy) = json(
-        app.post(
-            "/v1/tasks/rerun/trigger",
-            json!({"window_key": "2030-12-02T08:00:00+08:00"}),
-        )
-        .await,
-    )
-    .await;
+    let (status, legacy) = rerun("2030-12-02T08:00:00+08:00").await;
     assert_eq!(status, 200, "{legacy}");
     assert_eq!(legacy["window_key"], "2030-12-02T08:00:00+08:00");
 }

@@ -210,13 +210,13 @@ impl ClaimRounds {
                     },
                 );
             }
-            Some(false) => {
-                if hints.get(agent).is_some_and(|h| now >= h.careful_until) {
+            Some(false) => match hints.get_mut(agent) {
+                Some(h) if now >= h.careful_until => {
                     hints.remove(agent);
-                } else if let Some(h) = hints.get_mut(agent) {
-                    h.trying = false;
                 }
-            }
+                Some(h) => h.trying = false,
+                None => {}
+            },
             None => {
                 if let Some(h) = hints.get_mut(agent) {
                     h.trying = false;

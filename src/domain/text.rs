@@ -20,6 +20,13 @@ pub fn at_most_chars(s: &str, max: usize) -> bool {
     s.len() <= max || s.chars().count() <= max
 }
 
+/// True when `s` is at most `max` characters and holds no control character (Unicode `Cc`:
+/// U+0000–U+001F, U+007F–U+009F), the text openapi.yaml's
+/// `pattern: '^[^\u0000-\u001F\u007F-\u009F]*$'` admits: keys, names chosen by clients, reasons.
+pub fn plain_text(s: &str, max: usize) -> bool {
+    at_most_chars(s, max) && !s.chars().any(char::is_control)
+}
+
 /// `s` without its U+0000 characters.
 pub fn without_nul(s: &str) -> String {
     s.chars().filter(|c| *c != '\0').collect()
@@ -80,6 +87,17 @@ pub fn article(word: &str) -> &'static str {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn plain_text_counts_characters_and_refuses_control_characters() {
+        assert!(plain_text(&"租".repeat(256), 256));
+        assert!(!plain_text(&"租".repeat(257), 256));
+        assert!(plain_text("", 256));
+        for bad in ["a\u{0}", "a\u{1f}", "a\u{7f}", "a\u{85}", "a\u{9f}", "a\nb"] {
+            assert!(!plain_text(bad, 256), "{bad:?}");
+        }
+        assert!(plain_text("a\u{a0}b", 256));
+    }
 
     #[test]
     fn clean_values_have_no_nul() {

@@ -16,6 +16,7 @@ use super::auth::check_agent;
 use super::extract::{JsonBody, body_object, int_field, string_field};
 use crate::domain::access::Principal;
 use crate::domain::task::valid_name;
+use crate::domain::text::plain_text;
 use crate::problem::ApiError;
 use crate::route_table::RouteTable;
 use crate::state::AppState;
@@ -75,7 +76,7 @@ fn claim_id_field(m: &serde_json::Map<String, Value>) -> Result<Option<String>, 
     let Some(v) = string_field(m, "claim_id", false, MAX_CLAIM_ID_CHARS)? else {
         return Ok(None);
     };
-    if v.is_empty() || v.chars().any(char::is_control) {
+    if v.is_empty() || !plain_text(&v, MAX_CLAIM_ID_CHARS) {
         return Err(ApiError::invalid(
             "claim_id",
             "must be 1-128 characters without control characters",

@@ -18,7 +18,7 @@ use crate::domain::schedule::{CronSchedule, format_instant, window_key};
 use crate::domain::task::{
     FieldError, MAX_CONTEXT_BYTES, MAX_REASON_LEN, Overlap, Task, parse_submission, parse_timestamp,
 };
-use crate::domain::text::at_most_chars;
+use crate::domain::text::{at_most_chars, plain_text};
 use crate::problem::ApiError;
 use crate::route_table::RouteTable;
 use crate::state::AppState;
@@ -376,7 +376,7 @@ async fn trigger_task(
     let priority = super::extract::priority_field(&m)?;
     let window_key = string_field(&m, "window_key", false, MAX_WINDOW_KEY_LEN)?;
     if let Some(k) = &window_key
-        && (k.is_empty() || k.chars().any(char::is_control))
+        && (k.is_empty() || !plain_text(k, MAX_WINDOW_KEY_LEN))
     {
         return Err(ApiError::invalid(
             "window_key",
@@ -385,7 +385,7 @@ async fn trigger_task(
     }
     let debounce_key = string_field(&m, "debounce_key", false, MAX_DEBOUNCE_KEY_LEN)?;
     if let Some(k) = &debounce_key {
-        if k.is_empty() || k.chars().any(char::is_control) {
+        if k.is_empty() || !plain_text(k, MAX_DEBOUNCE_KEY_LEN) {
             return Err(ApiError::invalid(
                 "debounce_key",
                 "must be 1-256 characters without control characters",

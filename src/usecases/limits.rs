@@ -7,7 +7,7 @@ use sqlx::PgPool;
 use crate::domain::limit::{MAX_HOLD_SECONDS, MAX_KEY_LEN};
 use crate::domain::schedule::format_instant;
 use crate::domain::task::MAX_REASON_LEN;
-use crate::domain::text::at_most_chars;
+use crate::domain::text::plain_text;
 use crate::problem::ApiError;
 use crate::store::limits::Limit;
 use crate::store::{self, limits as store_limits};
@@ -39,12 +39,10 @@ pub fn not_found_limit(e: store::Error, name: &str) -> ApiError {
 /// A key or reason: at most `max` characters, no control characters.
 fn check_text(field: &str, value: Option<&str>, max: usize) -> Result<(), ApiError> {
     match value {
-        Some(v) if !at_most_chars(v, max) || v.chars().any(char::is_control) => {
-            Err(ApiError::invalid(
-                field,
-                format!("at most {max} characters without control characters"),
-            ))
-        }
+        Some(v) if !plain_text(v, max) => Err(ApiError::invalid(
+            field,
+            format!("at most {max} characters without control characters"),
+        )),
         _ => Ok(()),
     }
 }

@@ -27,7 +27,7 @@ use maud::{Markup, html};
 
 use super::{AdminForm, UiError};
 use crate::domain::task::{MAX_REASON_LEN, parse_timestamp};
-use crate::domain::text::{NUL_REFUSED, at_most_chars, has_nul, without_nul};
+use crate::domain::text::{NUL_REFUSED, has_nul, plain_text, without_nul};
 
 /// Rows per list page.
 const PAGE: i64 = 50;
@@ -110,11 +110,11 @@ fn flash_text(code: &str) -> &'static str {
     }
 }
 
-/// The form's `reason` (or `default`): at most `MAX_REASON_LEN` characters without control
-/// characters, as the API accepts it.
+/// The form's `reason` (or `default`): one line of at most `MAX_REASON_LEN` characters without
+/// control characters (the rule of the API's hold reason; the console's fields are one line).
 fn reason_field(form: &AdminForm, default: &str) -> Result<String, UiError> {
     let reason = form.get("reason").unwrap_or(default).trim().to_owned();
-    if !at_most_chars(&reason, MAX_REASON_LEN) || reason.chars().any(char::is_control) {
+    if !plain_text(&reason, MAX_REASON_LEN) {
         return Err(UiError::bad_request(format!(
             "reason: at most {MAX_REASON_LEN} characters without control characters"
         )));
