@@ -458,7 +458,9 @@ async fn round_of(
             (req, format!("agent:w{w}"))
         })
         .collect();
-    let round = claim_round(pool, &reqs, head).await.expect("claim_round");
+    let round = claim_round(pool, &reqs, head, None)
+        .await
+        .expect("claim_round");
     let lists = round
         .claimed
         .iter()

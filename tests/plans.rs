@@ -318,7 +318,13 @@ async fn a_claim_reads_none_of_the_backlog_of_tasks_whose_shared_limit_is_full(p
     let (plan, rows) = explain_claim_read(
         &pool,
         include_str!("../src/store/sql/claim/pick/read_per_task_agent.sql"),
-        &["'plans'::text", "1000", "100::bigint", "null"],
+        &[
+            "'plans'::text",
+            "1000",
+            "100::bigint",
+            "null",
+            "'{}'::uuid[]",
+        ],
     )
     .await;
     assert_eq!(rows.len(), 5, "q's five windows are the claimable work");
@@ -341,7 +347,12 @@ async fn the_head_read_of_an_agent_with_a_task_on_a_full_shared_limit_hands_over
     // come first, so reading the head would walk them all; it hands over to the per-task read
     // (which the test above checks) without reading them.
     let sql = include_str!("../src/store/sql/claim/pick/read_head.sql");
-    let (plan, rows) = explain_claim_read(&pool, sql, &["'plans'::text", "100::bigint"]).await;
+    let (plan, rows) = explain_claim_read(
+        &pool,
+        sql,
+        &["'plans'::text", "100::bigint", "'{}'::uuid[]"],
+    )
+    .await;
     let read = tuples_read(&plan, "task_instance");
     assert!(
         read < 1_000.0,
@@ -358,11 +369,17 @@ async fn the_claim_reads_of_an_agent_that_draws_on_no_limit_never_read_the_budge
     for (sql, params) in [
         (
             include_str!("../src/store/sql/claim/pick/read_head.sql"),
-            &["'free'::text", "100::bigint"][..],
+            &["'free'::text", "100::bigint", "'{}'::uuid[]"][..],
         ),
         (
             include_str!("../src/store/sql/claim/pick/read_per_task_agent.sql"),
-            &["'free'::text", "1000", "100::bigint", "null"][..],
+            &[
+                "'free'::text",
+                "1000",
+                "100::bigint",
+                "null",
+                "'{}'::uuid[]",
+            ][..],
         ),
     ] {
         let (plan, rows) = explain_claim_read(&pool, sql, params).await;
@@ -378,7 +395,8 @@ async fn the_head_read_looks_for_full_budgets_among_the_agents_limited_tasks_onl
     // Whether a task of `free` waits on a full budget is asked of its tasks that draw on
     // limits (none), not of its 1,001 tasks: the head read stays as small as the head.
     let sql = include_str!("../src/store/sql/claim/pick/read_head.sql");
-    let (plan, rows) = explain_claim_read(&pool, sql, &["'free'::text", "100::bigint"]).await;
+    let (plan, rows) =
+        explain_claim_read(&pool, sql, &["'free'::text", "100::bigint", "'{}'::uuid[]"]).await;
     assert_eq!(rows.len(), 5, "f's five windows");
     let read = tuples_read(&plan, "tasks");
     assert!(read < 100.0, "the head read {read} task rows");

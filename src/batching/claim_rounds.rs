@@ -21,7 +21,11 @@
 //! announce it): it gets in line again, at the front, for a round that runs alone
 //! (`AgentQueue::solo`). That round's answer is final: a request it leaves empty-handed found
 //! nothing claimable at the time, and its long poll waits for a notification as before
-//! (`tests/one_agent_workers.rs`).
+//! (`tests/one_agent_workers.rs`). When the round found the agent's work held back by a shared
+//! limit with no room, the request gets in line again as well, but for the agent's next round
+//! whatever runs beside it: while a limit binds, its rounds keep coming back short, and waiting
+//! each time for the agent's rounds to drain before one runs alone would leave the units the
+//! finishing instances give back unclaimed meanwhile.
 //!
 //! A round that read the head of its agent's work in vain (the head could not settle the fair
 //! pick, see [`HeadRead`]) makes the agent's rounds go straight to the per-task read for
@@ -38,7 +42,9 @@ use std::time::{Duration, Instant};
 use sqlx::PgPool;
 use tokio::sync::oneshot;
 
-use crate::store::claim::{ClaimRequest, Claimed, HeadRead, claim_many, claim_round};
+use crate::store::claim::{
+    ClaimRequest, Claimed, HeadRead, RoundSeat, RoundsInFlight, claim_many, claim_round,
+};
 use crate::store::claim_answers;
 use crate::store::instances::give_back;
 use crate::store::{self, Error, Result};
@@ -81,6 +87,8 @@ struct AgentQueue {
     solo: bool,
     /// That round runs now: no other round begins until it ends.
     solo_running: bool,
+    /// The rows each round in its transaction has chosen (the others' reads pass over them).
+    in_flight: RoundsInFlight,
 }
 
 /// What an agent's rounds know about its head after a read of it in vain.
@@ -103,6 +111,8 @@ struct Round {
     begun: u64,
     /// It runs alone ([`AgentQueue::solo`]).
     solo: bool,
+    /// Its place among the agent's rounds in flight.
+    seat: RoundSeat,
 }
 
 /// Per-agent claim queues of this replica; cheap to clone.
@@ -276,9 +286,9 @@ impl ClaimRounds {
     async fn rounds(self, agent: String) {
         while let Some(round) = self.next_round(&agent) {
             metrics::histogram!("kairos_claim_round_requests").record(round.requests.len() as f64);
-            let again = self.run(&agent, round).await;
+            let (again, solo) = self.run(&agent, round).await;
             if !again.is_empty() {
-                self.in_line_again(&agent, again);
+                self.in_line_again(&agent, again, solo);
             }
         }
     }
@@ -320,6 +330,7 @@ impl ClaimRounds {
             beside,
             begun: q.begun,
             solo,
+            seat: q.in_flight.seat(q.begun),
         })
     }
 
@@ -337,32 +348,39 @@ impl ClaimRounds {
     }
 
     /// Requests a round beside another left empty-handed get in line again, at the front, for
-    /// a round that runs alone.
-    fn in_line_again(&self, agent: &str, again: Vec<Waiting>) {
+    /// a round that runs alone (`solo`) or for the next round.
+    fn in_line_again(&self, agent: &str, again: Vec<Waiting>, solo: bool) {
         metrics::counter!("kairos_claims_in_line_again_total").increment(again.len() as u64);
         let mut agents = self.agents();
         let q = agents.entry(agent.to_owned()).or_default();
         q.waiting.splice(0..0, again);
-        q.solo = true;
+        q.solo |= solo;
     }
 
-    /// Run `round` and answer its requests, but for those to get in line again (returned).
-    async fn run(&self, agent: &str, round: Round) -> Vec<Waiting> {
+    /// Run `round` and answer its requests, but for those to get in line again (returned, with
+    /// whether they wait for a round that runs alone: not when a shared limit held the agent's
+    /// work back).
+    async fn run(&self, agent: &str, round: Round) -> (Vec<Waiting>, bool) {
         let reqs: Vec<(ClaimRequest, String)> = round
             .requests
             .iter()
             .map(|w| (w.req.clone(), w.actor.clone()))
             .collect();
         let head = self.head_read(agent);
-        let result =
-            store::health::bounded("claim_round", claim_round(&self.pool, &reqs, head)).await;
+        let result = store::health::bounded(
+            "claim_round",
+            claim_round(&self.pool, &reqs, head, Some(&round.seat)),
+        )
+        .await;
         let beside = self.round_ended(agent, &round);
         if head == HeadRead::Try {
             self.note_head(agent, result.as_ref().ok().map(|r| r.head_unsettled));
         }
         let mut again = Vec::new();
+        let mut solo = true;
         match result {
             Ok(r) => {
+                solo = !r.limited;
                 let outcome = match (head, r.head_unsettled) {
                     (HeadRead::Skip, _) => "skipped",
                     (HeadRead::Try, true) => "unsettled",
@@ -400,7 +418,7 @@ impl ClaimRounds {
                 }
             }
         }
-        again
+        (again, solo)
     }
 }
 
@@ -452,5 +470,41 @@ mod tests {
         r.note_head("a", Some(false));
         assert_eq!(r.head_read("a"), HeadRead::Try);
         assert_eq!(r.head_read("a"), HeadRead::Try);
+    }
+
+    fn waiting(worker: &str) -> Waiting {
+        let (reply, _answer) = oneshot::channel();
+        Waiting {
+            req: ClaimRequest {
+                agent_id: "a".to_owned(),
+                worker_id: worker.to_owned(),
+                max_instances: 10,
+                lease_seconds: 60,
+                claim_id: None,
+            },
+            actor: format!("agent:{worker}"),
+            reply,
+            again: true,
+        }
+    }
+
+    #[tokio::test]
+    async fn requests_a_full_limit_left_empty_handed_wait_for_the_next_round_not_a_solo_one() {
+        let r = rounds();
+        r.in_line_again("a", vec![waiting("w1")], false);
+        {
+            let agents = r.agents();
+            let q = agents.get("a").expect("the agent's line");
+            assert!(!q.solo, "a limit held the work back: no round alone");
+            assert_eq!(q.waiting.len(), 1);
+        }
+        // Left empty-handed beside another round with no limit in the way: the next round runs
+        // alone, and the request is first in line for it.
+        r.in_line_again("a", vec![waiting("w2")], true);
+        let agents = r.agents();
+        let q = agents.get("a").expect("the agent's line");
+        assert!(q.solo);
+        let first: Vec<&str> = q.waiting.iter().map(|w| w.req.worker_id.as_str()).collect();
+        assert_eq!(first, ["w2", "w1"]);
     }
 }

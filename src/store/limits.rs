@@ -383,20 +383,21 @@ pub async fn store_tats(
     Ok(())
 }
 
-/// Units taken by starts: `(instance, limit, effective key, cost)`.
+/// Units taken by starts, from their draws `(instance, draw)`: the unit's key is the draw's for
+/// a `per_key` limit and `""` otherwise; a draw on a limit without concurrency takes none.
 pub async fn insert_units(
     conn: &mut PgConnection,
-    units: &[(uuid::Uuid, String, String, i64)],
+    draws: &[(uuid::Uuid, &crate::domain::limit::RenderedDraw)],
 ) -> Result<()> {
-    if units.is_empty() {
+    if draws.is_empty() {
         return Ok(());
     }
-    let ids: Vec<uuid::Uuid> = units.iter().map(|u| u.0).collect();
-    let names: Vec<&str> = units.iter().map(|u| u.1.as_str()).collect();
-    let keys: Vec<&str> = units.iter().map(|u| u.2.as_str()).collect();
-    let costs: Vec<i32> = units
+    let ids: Vec<uuid::Uuid> = draws.iter().map(|d| d.0).collect();
+    let names: Vec<&str> = draws.iter().map(|d| d.1.name.as_str()).collect();
+    let keys: Vec<&str> = draws.iter().map(|d| d.1.key.as_str()).collect();
+    let costs: Vec<i32> = draws
         .iter()
-        .map(|u| i32::try_from(u.3).unwrap_or(i32::MAX))
+        .map(|d| i32::try_from(d.1.cost).unwrap_or(i32::MAX))
         .collect();
     sqlx::query(sql!("limits/insert_units"))
         .bind(&ids)

@@ -28,7 +28,8 @@
 //! claimers of one queue task therefore take turns (the later finds the older rows still
 //! pending and takes none of that task this time); other tasks' claimers run side by side.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -47,7 +48,7 @@ use crate::domain::trace::WindowTrace;
 mod pick;
 mod take;
 
-use pick::pick;
+use pick::{PickNotes, agent_limited, pick};
 #[cfg(test)]
 use take::{Grant, TaskRoom, grant};
 use take::{reserve_permits, take};
@@ -194,7 +195,62 @@ pub async fn claim_many(
     pool: &PgPool,
     reqs: &[(ClaimRequest, String)],
 ) -> Result<Vec<Vec<Claimed>>> {
-    Ok(claim_round(pool, reqs, HeadRead::Try).await?.claimed)
+    Ok(claim_round(pool, reqs, HeadRead::Try, None).await?.claimed)
+}
+
+/// The claim rounds of one agent in flight on this replica, each with the rows it has chosen
+/// and not yet committed; cheap to clone. A round's reads pass over the rows the others chose.
+/// PostgreSQL's row lock follows a row that another claim updated after the read's snapshot
+/// was taken: the read locks the row's new version, finds it no longer PENDING and leaves it
+/// out, but the lock stays until the reading claim commits. Two rounds of an agent overlap by
+/// design (one reads while the other commits), so without this the second round locked many
+/// of the rows the first had just made RUNNING, and their completions, reported meanwhile,
+/// waited for its commit.
+#[derive(Clone, Default)]
+pub struct RoundsInFlight(Arc<Mutex<HashMap<u64, Vec<Uuid>>>>);
+
+impl RoundsInFlight {
+    fn rounds(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Vec<Uuid>>> {
+        // Nothing panics while the lock is held; a poisoned map is still consistent.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Round `me`'s seat, until the seat is dropped (after its transaction ended).
+    pub fn seat(&self, me: u64) -> RoundSeat {
+        RoundSeat {
+            rounds: self.clone(),
+            me,
+        }
+    }
+}
+
+/// One round's place in [`RoundsInFlight`]; leaving it (dropping it) forgets its rows.
+pub struct RoundSeat {
+    rounds: RoundsInFlight,
+    me: u64,
+}
+
+impl RoundSeat {
+    /// The rows the agent's other rounds in flight have chosen.
+    fn others(&self) -> Vec<Uuid> {
+        self.rounds
+            .rounds()
+            .iter()
+            .filter(|(k, _)| **k != self.me)
+            .flat_map(|(_, ids)| ids.iter().copied())
+            .collect()
+    }
+
+    /// The rows this round chose (kept until it leaves its seat).
+    fn chose(&self, ids: Vec<Uuid>) {
+        self.rounds.rounds().insert(self.me, ids);
+    }
+}
+
+impl Drop for RoundSeat {
+    fn drop(&mut self) {
+        self.rounds.rounds().remove(&self.me);
+    }
 }
 
 /// Whether an agent's claim first reads the head of the agent's work (the oldest available
@@ -208,13 +264,17 @@ pub enum HeadRead {
     Skip,
 }
 
-/// What [`claim_round`] claimed, and whether it read the head in vain.
+/// What [`claim_round`] claimed, whether it read the head in vain, and whether shared limits
+/// held some of the agent's work back.
 #[derive(Debug)]
 pub struct Round {
     /// One list per request, in request order.
     pub claimed: Vec<Vec<Claimed>>,
     /// The head was read and could not settle the pick.
     pub head_unsettled: bool,
+    /// Some of the agent's work was passed over, or chosen and not admitted, because a shared
+    /// limit it draws on had no room.
+    pub limited: bool,
 }
 
 /// [`claim_many`], reading the head first or not as `head` says, and reporting whether a head
@@ -223,11 +283,13 @@ pub async fn claim_round(
     pool: &PgPool,
     reqs: &[(ClaimRequest, String)],
     head: HeadRead,
+    seat: Option<&RoundSeat>,
 ) -> Result<Round> {
     let Some((first, _)) = reqs.first() else {
         return Ok(Round {
             claimed: Vec::new(),
             head_unsettled: false,
+            limited: false,
         });
     };
     let scope = ClaimScope::Agent {
@@ -244,7 +306,7 @@ pub async fn claim_round(
             claim_id: r.claim_id.as_deref(),
         })
         .collect();
-    let (claimed, head_unsettled) = claim_dealt(pool, scope, &wants, head).await?;
+    let (claimed, notes) = claim_dealt(pool, scope, &wants, head, seat).await?;
     let mut out: Vec<Vec<Claimed>> = reqs.iter().map(|_| Vec::new()).collect();
     for (k, c) in claimed {
         if let Some(list) = out.get_mut(k) {
@@ -253,7 +315,8 @@ pub async fn claim_round(
     }
     Ok(Round {
         claimed: out,
-        head_unsettled,
+        head_unsettled: notes.head_unsettled,
+        limited: notes.limited,
     })
 }
 
@@ -278,7 +341,7 @@ pub async fn claim_scoped(
         max: usize::try_from(max_instances.max(1)).unwrap_or(1),
         claim_id: None,
     };
-    let (claimed, _) = claim_dealt(pool, scope, &[taker], HeadRead::Try).await?;
+    let (claimed, _) = claim_dealt(pool, scope, &[taker], HeadRead::Try, None).await?;
     Ok(claimed.into_iter().map(|(_, c)| c).collect())
 }
 
@@ -294,23 +357,31 @@ struct Taker<'a> {
 }
 
 /// One pick over the takers' total, the chosen rows dealt to the takers in order, claimed in
-/// one transaction. Returns each claimed instance with its taker's position, and whether the
-/// head was read in vain.
+/// one transaction. A round with a `seat` passes over the rows its agent's other rounds chose,
+/// and tells them which rows it chose ([`RoundsInFlight`]). Returns each claimed instance with
+/// its taker's position, and what the pick and the admission found on the way.
 async fn claim_dealt(
     pool: &PgPool,
     scope: ClaimScope<'_>,
     takers: &[Taker<'_>],
     head: HeadRead,
-) -> Result<(Vec<(usize, Claimed)>, bool)> {
+    seat: Option<&RoundSeat>,
+) -> Result<(Vec<(usize, Claimed)>, PickNotes)> {
     let max: usize = takers.iter().map(|t| t.max).sum::<usize>().max(1);
     if let Some(agent_id) = scope.agent() {
         super::waiting::seen_claiming(pool, agent_id);
     }
     let mut tx = super::begin_hot(pool).await?;
-    let (chosen, head_unsettled) = pick(&mut tx, scope, max, head).await?;
+    let (chosen, mut notes) = pick(&mut tx, scope, max, head, seat).await?;
+    if let Some(seat) = seat {
+        seat.chose(chosen.iter().map(|c| c.id).collect());
+    }
     if chosen.is_empty() {
+        if let (false, Some(agent_id)) = (notes.limited, scope.agent()) {
+            notes.limited = agent_limited(&mut tx, agent_id).await?;
+        }
         tx.commit().await?;
-        return Ok((Vec::new(), head_unsettled));
+        return Ok((Vec::new(), notes));
     }
     // Deal the chosen rows (in claim order) to the takers in order.
     let mut dealt: Vec<usize> = Vec::with_capacity(chosen.len());
@@ -319,7 +390,17 @@ async fn claim_dealt(
     }
     dealt.truncate(chosen.len());
     let permits = reserve_permits(&mut tx, &chosen).await?;
-    let rows = take(&mut tx, scope, &chosen, &dealt, takers, &permits).await?;
+    let (rows, refused) = take(
+        &mut tx,
+        scope,
+        &chosen,
+        &dealt,
+        takers,
+        &permits,
+        notes.rated,
+    )
+    .await?;
+    notes.limited |= refused;
     if let Some(agent_id) = scope.agent() {
         for (k, t) in takers.iter().enumerate() {
             let (Some(claim_id), Some(lease)) = (t.claim_id, t.lease_seconds) else {
@@ -357,7 +438,7 @@ async fn claim_dealt(
         .into_iter()
         .map(|(k, r)| Ok((k, Claimed::try_from(r)?)))
         .collect::<Result<Vec<_>>>()?;
-    Ok((claimed, head_unsettled))
+    Ok((claimed, notes))
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -410,6 +491,26 @@ pub async fn webhook_agents(pool: &PgPool) -> Result<HashSet<String>> {
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
+
+    #[test]
+    fn a_round_sees_the_rows_its_agents_other_rounds_chose_until_they_leave() {
+        let in_flight = super::RoundsInFlight::default();
+        let (a, b) = (in_flight.seat(1), in_flight.seat(2));
+        let ids: Vec<uuid::Uuid> = (1..=3).map(uuid::Uuid::from_u128).collect();
+        a.chose(ids.clone());
+        assert!(
+            a.others().is_empty(),
+            "a round never passes over its own rows"
+        );
+        assert_eq!(b.others(), ids);
+        b.chose(vec![uuid::Uuid::from_u128(9)]);
+        assert_eq!(a.others(), [uuid::Uuid::from_u128(9)]);
+        drop(a);
+        assert!(
+            b.others().is_empty(),
+            "a round that left holds nothing back"
+        );
+    }
 
     use super::{Grant, TaskRoom, grant};
 

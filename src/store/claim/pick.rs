@@ -9,14 +9,15 @@ use uuid::Uuid;
 use super::*;
 use crate::store::statements::sql;
 /// Step 1: lock candidates and choose fairly among them. Returns the chosen rows in claim order,
-/// and whether the head was read and could not settle the pick.
+/// and what the pick found on the way ([`PickNotes`]).
 pub(super) async fn pick(
     conn: &mut PgConnection,
     scope: ClaimScope<'_>,
     max: usize,
     head_read: HeadRead,
-) -> Result<(Vec<Chosen>, bool)> {
-    let mut head_unsettled = false;
+    beside: Option<&RoundSeat>,
+) -> Result<(Vec<Chosen>, PickNotes)> {
+    let mut notes = PickNotes::default();
     if let (ClaimScope::Agent { agent_id, .. }, HeadRead::Try) = (scope, head_read) {
         // The head: exactly as many rows as the claim takes. Every row read is locked until
         // the claim commits, so a row read and not taken is hidden from every other claimer:
@@ -24,24 +25,40 @@ pub(super) async fn pick(
         // instances waited. When the head cannot settle the pick (its task has no room, or the
         // claim would take a task's second row), the per-task look below takes over.
         let scan = max;
-        if let Some(head) = read_head(conn, agent_id, scan).await? {
-            let p = pick_within_limits(conn, &head, max).await?;
-            if p.settled_by_head(max, head.len() >= scan) {
-                return Ok((chosen_of(&head, &p), false));
+        match read_head(conn, agent_id, scan, beside).await? {
+            Some(head) => {
+                let p = pick_within_limits(conn, &head, max, &mut notes).await?;
+                if p.settled_by_head(max, head.len() >= scan) {
+                    return Ok((chosen_of(&head, &p), notes));
+                }
             }
+            None => notes.limited = true,
         }
-        head_unsettled = true;
+        notes.head_unsettled = true;
     }
     // Per task: first a fair share of each task's oldest rows; if some task may have had more
     // to give and the claim is not full, once more with the whole claim as the share.
-    let rows = read_per_task(conn, scope, max, None).await?;
-    let p = pick_within_limits(conn, &rows, max).await?;
+    let rows = read_per_task(conn, scope, max, None, beside).await?;
+    let p = pick_within_limits(conn, &rows, max, &mut notes).await?;
     if p.tasks_at_cap.is_empty() || (p.chosen.len() >= max && !outranked(&rows, &p)) {
-        return Ok((chosen_of(&rows, &p), head_unsettled));
+        return Ok((chosen_of(&rows, &p), notes));
     }
-    let rows = read_per_task(conn, scope, max, Some(max)).await?;
-    let p = pick_within_limits(conn, &rows, max).await?;
-    Ok((chosen_of(&rows, &p), head_unsettled))
+    let rows = read_per_task(conn, scope, max, Some(max), beside).await?;
+    let p = pick_within_limits(conn, &rows, max, &mut notes).await?;
+    Ok((chosen_of(&rows, &p), notes))
+}
+
+/// What a pick found besides the rows it chose.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct PickNotes {
+    /// The head was read and could not settle the pick.
+    pub(super) head_unsettled: bool,
+    /// Some of the agent's work was passed over because a shared limit it draws on had no
+    /// room (the head was not read for it, or a candidate row was left).
+    pub(super) limited: bool,
+    /// Some limit a candidate row draws on has a rate (its starts are admitted one by one, at
+    /// the instant the rate is tested).
+    pub(super) rated: bool,
 }
 
 /// Whether a task the share cut short may have rows that outrank a chosen row: its last row
@@ -66,12 +83,13 @@ fn outranked(rows: &[CandidateRow], p: &Pick<Uuid>) -> bool {
 }
 
 /// The fair pick over `rows`, passing over rows whose shared limits have no room now (as read
-/// without locks: [`admit_within_limits`] decides for real). Rows that draw on no limit cost
-/// nothing here.
+/// without locks: [`admit_within_limits`] decides for real; a row passed over is noted in
+/// `notes`). Rows that draw on no limit cost nothing here.
 async fn pick_within_limits(
     conn: &mut PgConnection,
     rows: &[CandidateRow],
     max: usize,
+    notes: &mut PickNotes,
 ) -> Result<Pick<Uuid>> {
     let cands: Vec<Candidate<Uuid>> = rows.iter().map(CandidateRow::candidate).collect();
     let drawn: Vec<(String, String)> = rows
@@ -83,13 +101,26 @@ async fn pick_within_limits(
         return Ok(fair_pick(&cands, max));
     }
     let mut budgets = crate::store::limits::read_budgets(conn, &drawn, false).await?;
+    notes.rated |= budgets.list.iter().any(|b| b.spec.rate.is_some());
     Ok(fair_pick_with(&cands, max, |pos| {
         let Some(draws) = rows.get(pos).and_then(|r| r.draws.as_ref()) else {
             return true;
         };
         let idx = budgets.indexes(&draws.0);
-        admit_all(&mut budgets.list, &idx)
+        let fits = admit_all(&mut budgets.list, &idx);
+        notes.limited |= !fits;
+        fits
     }))
+}
+
+/// Whether a poll task of `agent_id` is passed over whole for a budget without keys that has no
+/// room now (asked after a pick that chose nothing: the per-task read says nothing of it).
+pub(super) async fn agent_limited(conn: &mut PgConnection, agent_id: &str) -> Result<bool> {
+    sqlx::query_scalar(sql!("claim/pick/agent_limited"))
+        .bind(agent_id)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(crate::store::Error::from)
 }
 
 /// A row chosen by the pick, with its task and the task's limit.
@@ -143,10 +174,12 @@ async fn read_head(
     conn: &mut PgConnection,
     agent_id: &str,
     scan: usize,
+    beside: Option<&RoundSeat>,
 ) -> Result<Option<Vec<CandidateRow>>> {
     let rows: Vec<HeadRow> = sqlx::query_as(sql!("claim/pick/read_head"))
         .bind(agent_id)
         .bind(i64::try_from(scan).unwrap_or(i64::MAX))
+        .bind(beside.map(RoundSeat::others).unwrap_or_default())
         .fetch_all(&mut *conn)
         .await?;
     if rows.iter().any(|r| r.handover) {
@@ -187,16 +220,22 @@ async fn read_per_task(
     scope: ClaimScope<'_>,
     max: usize,
     share: Option<usize>,
+    beside: Option<&RoundSeat>,
 ) -> Result<Vec<CandidateRow>> {
     let statement = match scope {
         ClaimScope::Agent { .. } => sql!("claim/pick/read_per_task_agent"),
         ClaimScope::Webhook { .. } => sql!("claim/pick/read_per_task_webhook"),
     };
-    sqlx::query_as(statement)
+    let query = sqlx::query_as(statement)
         .bind(scope.agent())
         .bind(scope.cap())
         .bind(i64::try_from(max).unwrap_or(i64::MAX))
-        .bind(share.map(|s| i64::try_from(s).unwrap_or(i64::MAX)))
+        .bind(share.map(|s| i64::try_from(s).unwrap_or(i64::MAX)));
+    let query = match scope {
+        ClaimScope::Agent { .. } => query.bind(beside.map(RoundSeat::others).unwrap_or_default()),
+        ClaimScope::Webhook { .. } => query,
+    };
+    query
         .fetch_all(&mut *conn)
         .await
         .map_err(crate::store::Error::from)

@@ -162,8 +162,11 @@ pub(crate) fn grant<'a, Id: Clone>(
 /// Window order for queue tasks needs no second look: rows that pass the order check are the
 /// oldest of the claim's rows of their task, and step 2 reserved no more permits than there
 /// are such rows. Chosen row `n` is claimed for taker `dealt[n]` (its worker, lease and
-/// actor). The claim event lives on the row (`claimed_by`). Returns the claimed rows with
-/// their taker.
+/// actor). The claim event lives on the row (`claimed_by`). Rows that draw on shared limits
+/// are admitted by [`take_then_check`] when no limit the pick read has a rate (`rated`), and
+/// otherwise, or when that finds a budget without room for them all, one by one by
+/// [`admit_within_limits`]. Returns the claimed rows with their taker, and whether shared
+/// limits refused some granted row.
 pub(super) async fn take(
     conn: &mut PgConnection,
     scope: ClaimScope<'_>,
@@ -171,9 +174,10 @@ pub(super) async fn take(
     dealt: &[usize],
     takers: &[Taker<'_>],
     permits: &[(String, i32)],
-) -> Result<Vec<(usize, ClaimedRow)>> {
+    rated: bool,
+) -> Result<(Vec<(usize, ClaimedRow)>, bool)> {
     if permits.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), false));
     }
     let checked = recheck(conn, scope, permits).await?;
     let by_task: std::collections::HashMap<&str, &Recheck> =
@@ -181,7 +185,26 @@ pub(super) async fn take(
     let rooms = by_task.iter().map(|(t, r)| (*t, r.room())).collect();
     let rows: Vec<(Uuid, &str)> = chosen.iter().map(|c| (c.id, c.task_id.as_str())).collect();
     let grants = grant(&rows, dealt, &rooms);
-    let (grants, started_at) = admit_within_limits(conn, chosen, grants).await?;
+    if chosen.iter().any(|c| c.draws.is_some())
+        && !rated
+        && let Some(taken) = take_then_check(conn, chosen, &grants, &by_task, takers).await?
+    {
+        return Ok((taken, false));
+    }
+    let (grants, started_at, refused) = admit_within_limits(conn, chosen, grants).await?;
+    let taken = write_take(conn, &grants, &by_task, takers, started_at).await?;
+    Ok((taken, refused))
+}
+
+/// Move the granted rows to RUNNING for their takers, the start recorded at `started_at` (now
+/// when `None`). Returns the claimed rows with their taker.
+async fn write_take(
+    conn: &mut PgConnection,
+    grants: &[Grant<'_, Uuid>],
+    by_task: &std::collections::HashMap<&str, &Recheck>,
+    takers: &[Taker<'_>],
+    started_at: Option<DateTime<Utc>>,
+) -> Result<Vec<(usize, ClaimedRow)>> {
     let mut ids = Vec::with_capacity(grants.len());
     let mut slots = Vec::with_capacity(grants.len());
     let mut taker_of = Vec::with_capacity(grants.len());
@@ -189,7 +212,7 @@ pub(super) async fn take(
     let mut timeouts = Vec::with_capacity(grants.len());
     let mut workers = Vec::with_capacity(grants.len());
     let mut actors = Vec::with_capacity(grants.len());
-    for g in &grants {
+    for g in grants {
         let (Some(task), Some(t)) = (by_task.get(g.task), takers.get(g.taker)) else {
             continue;
         };
@@ -204,7 +227,7 @@ pub(super) async fn take(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    sqlx::query_as(sql!("claim/take/take"))
+    let rows: Vec<TakenRow> = sqlx::query_as(sql!("claim/take/take"))
         .bind(&ids)
         .bind(&slots)
         .bind(&taker_of)
@@ -214,13 +237,59 @@ pub(super) async fn take(
         .bind(&actors)
         .bind(started_at)
         .fetch_all(&mut *conn)
-        .await
-        .map(|rows: Vec<TakenRow>| {
-            rows.into_iter()
-                .map(|r| (usize::try_from(r.taker).unwrap_or(usize::MAX), r.row))
-                .collect()
-        })
-        .map_err(crate::store::Error::from)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (usize::try_from(r.taker).unwrap_or(usize::MAX), r.row))
+        .collect())
+}
+
+/// Step 3b, the short way, for granted rows that draw on limits of concurrency (no rate):
+/// under a savepoint, move them all to RUNNING and write their units first, then lock their
+/// budgets (in one order, waiting) and check that none is held and none is past its
+/// concurrency, this claim's units included. A budget's lock is then held for that read and
+/// the commit only, not for the claim's writes: admissions of one budget still follow one
+/// another across replicas, but the next claim has done its writes by the time it waits, so
+/// two claims no longer spend those writes one after the other. `None` (the savepoint rolled
+/// back, the rows PENDING and still locked by this claim) when a budget has a rate or no room
+/// for them all: [`admit_within_limits`] then admits them one by one.
+async fn take_then_check(
+    conn: &mut PgConnection,
+    chosen: &[Chosen],
+    grants: &[Grant<'_, Uuid>],
+    by_task: &std::collections::HashMap<&str, &Recheck>,
+    takers: &[Taker<'_>],
+) -> Result<Option<Vec<(usize, ClaimedRow)>>> {
+    let draws_of: std::collections::HashMap<Uuid, &Vec<RenderedDraw>> = chosen
+        .iter()
+        .filter_map(|c| c.draws.as_ref().map(|d| (c.id, d)))
+        .collect();
+    let mut savepoint = sqlx::Connection::begin(&mut *conn).await?;
+    let taken = write_take(&mut savepoint, grants, by_task, takers, None).await?;
+    let drawn: Vec<(Uuid, &RenderedDraw)> = taken
+        .iter()
+        .filter_map(|(_, r)| Some((r.instance.id, *draws_of.get(&r.instance.id)?)))
+        .flat_map(|(id, draws)| draws.iter().map(move |d| (id, d)))
+        .collect();
+    crate::store::limits::insert_units(&mut savepoint, &drawn).await?;
+    let pairs: Vec<(String, String)> = drawn
+        .iter()
+        .map(|(_, d)| (d.name.clone(), d.key.clone()))
+        .collect();
+    let budgets = crate::store::limits::read_budgets(&mut savepoint, &pairs, true).await?;
+    let fits = budgets
+        .list
+        .iter()
+        .all(|b| b.spec.rate.is_none() && b.refusal(0).is_none());
+    if fits {
+        savepoint.commit().await?;
+        return Ok(Some(taken));
+    }
+    savepoint.rollback().await?;
+    tracing::debug!(
+        "claim: a shared limit has no room for every granted row; admitting one by one"
+    );
+    Ok(None)
 }
 
 /// Step 3b, for granted rows that draw on shared limits: lock their budgets (in one order,
@@ -228,13 +297,13 @@ pub(super) async fn take(
 /// the rows in claim order while every budget they draw on has room ([`admit_all`]); the rest
 /// stay PENDING. The admitted rows' units and the rate budgets' new arrival times are written in
 /// this transaction, so they count from the commit that makes the rows RUNNING. Returns the
-/// admitted grants and, when limits were checked, the instant the starts are recorded at (the
-/// instant the rates were tested at).
+/// admitted grants, when limits were checked the instant the starts are recorded at (the
+/// instant the rates were tested at), and whether some grant was refused.
 async fn admit_within_limits<'a>(
     conn: &mut PgConnection,
     chosen: &[Chosen],
     grants: Vec<Grant<'a, Uuid>>,
-) -> Result<(Vec<Grant<'a, Uuid>>, Option<DateTime<Utc>>)> {
+) -> Result<(Vec<Grant<'a, Uuid>>, Option<DateTime<Utc>>, bool)> {
     let draws_of: std::collections::HashMap<Uuid, &Vec<RenderedDraw>> = chosen
         .iter()
         .filter_map(|c| c.draws.as_ref().map(|d| (c.id, d)))
@@ -245,10 +314,10 @@ async fn admit_within_limits<'a>(
         .flat_map(|d| d.iter().map(|d| (d.name.clone(), d.key.clone())))
         .collect();
     if drawn.is_empty() {
-        return Ok((grants, None));
+        return Ok((grants, None, false));
     }
     let mut budgets = crate::store::limits::read_budgets(conn, &drawn, true).await?;
-    let mut units: Vec<(Uuid, String, String, i64)> = Vec::new();
+    let mut units: Vec<(Uuid, &RenderedDraw)> = Vec::new();
     let mut touched: std::collections::BTreeSet<usize> = std::collections::BTreeSet::new();
     let mut admitted = Vec::with_capacity(grants.len());
     let mut refused = 0usize;
@@ -262,16 +331,8 @@ async fn admit_within_limits<'a>(
             refused += 1;
             continue;
         }
-        for &(b, cost) in &idx {
-            touched.insert(b);
-            let concurrency = budgets
-                .list
-                .get(b)
-                .is_some_and(|b| b.spec.concurrency.is_some());
-            if let (true, Some((name, key))) = (concurrency, budgets.ids.get(b)) {
-                units.push((g.id, name.clone(), key.clone(), cost));
-            }
-        }
+        touched.extend(idx.iter().map(|&(b, _)| b));
+        units.extend(draws.iter().map(|d| (g.id, d)));
         admitted.push(g);
     }
     if refused > 0 {
@@ -296,7 +357,7 @@ async fn admit_within_limits<'a>(
         .collect();
     crate::store::limits::store_tats(conn, &tats).await?;
     crate::store::limits::insert_units(conn, &units).await?;
-    Ok((admitted, Some(budgets.now)))
+    Ok((admitted, Some(budgets.now), refused > 0))
 }
 
 #[derive(sqlx::FromRow)]

@@ -7,7 +7,10 @@
 -- head's order, and reading past them costs the whole backlog waiting on the budget. The
 -- answer is then one row with `handover` true and the rest null: the per-task read, which
 -- passes over such a task whole, takes over. With no head row, one row of nulls.
--- $1 agent id, $2 how many rows.
+-- Rows that other rounds of the agent chose and have not committed are passed over, not
+-- locked: a row one of them makes RUNNING after this read's snapshot would be locked in its new
+-- version (and then left out), and its completion would wait for this claim's commit.
+-- $1 agent id, $2 how many rows, $3 rows chosen by the agent's other rounds in flight.
 with blocked as materialized (
     /* fragment: blocked budgets */ select l.name,
         case when (l.spec->>'per_key')::boolean then b.key end as key
@@ -51,6 +54,7 @@ with blocked as materialized (
       and /* fragment: sources of claim */ i.status = 'PENDING'
       and i.agent_id = $1
       and i.available_at <= now()
+      and i.id not in (select unnest($3::uuid[]))
       and /* fragment: not blocked i */ (i.limit_draws is null
            or not exists (select 1 from blocked)
            or not exists (

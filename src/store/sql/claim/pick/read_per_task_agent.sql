@@ -2,8 +2,9 @@
 -- claimers hold, passing over rows whose budgets have no room now), at most its room and at
 -- most a share (by default the claim divided evenly over the tasks that have work, rounded
 -- up). The eligible tasks drive the look, whatever the planner thinks of the table's size.
--- $1 agent id (null: any), $2 cap on a task's limit, $3 the claim's size, $4 the share
--- (null: the even share).
+-- Rows that other rounds of the agent chose and have not committed are passed over (as in the
+-- head read). $1 agent id (null: any), $2 cap on a task's limit, $3 the claim's size, $4 the
+-- share (null: the even share), $5 rows chosen by the agent's other rounds in flight.
 with blocked as materialized (
     /* fragment: blocked budgets */ select l.name,
         case when (l.spec->>'per_key')::boolean then b.key end as key
@@ -66,6 +67,7 @@ cross join lateral (
       and /* fragment: sources of claim */ i.status = 'PENDING'
       and i.available_at <= now()
       and ($1::text is null or i.agent_id = $1)
+      and i.id not in (select unnest($5::uuid[]))
       and /* fragment: not blocked i */ (i.limit_draws is null
            or not exists (select 1 from blocked)
            or not exists (
