@@ -7,32 +7,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TestApp, claim, eventually, json};
+use common::{TestApp, claim, eventually, json, manual_task, trigger};
 use kairos::store::claim::{ClaimRequest, HeadRead, claim_round};
 use serde_json::{Value, json};
 use sqlx::PgPool;
-
-/// A manual task of `agent` drawing on `limits`, with `n` triggered instances.
-async fn task_with_work(app: &TestApp, id: &str, agent: &str, limits: Value, n: usize) {
-    let (status, body) = json(
-        app.put(
-            &format!("/v1/tasks/{id}"),
-            json!({"agent_id": agent, "trigger": {"type": "manual"},
-                   "execution": {"concurrency_limit": 100, "limits": limits}}),
-        )
-        .await,
-    )
-    .await;
-    assert!(status == 201 || status == 200, "{body}");
-    for _ in 0..n {
-        let (status, body) = json(
-            app.post(&format!("/v1/tasks/{id}/trigger"), json!({}))
-                .await,
-        )
-        .await;
-        assert_eq!(status, 201, "{body}");
-    }
-}
 
 async fn put_limit(app: &TestApp, name: &str, body: Value) {
     let (status, view) = json(app.put(&format!("/v1/limits/{name}"), body).await).await;
@@ -66,7 +44,8 @@ async fn a_budget_that_fills_while_a_claim_waits_for_it_admits_nobody_past_its_c
 ) {
     let app = TestApp::spawn(pool.clone()).await;
     put_limit(&app, "gpu", json!({"concurrency": 4})).await;
-    task_with_work(&app, "render", "renderer", json!([{"name": "gpu"}]), 6).await;
+    manual_task(&app, "render", "renderer", json!([{"name": "gpu"}])).await;
+    trigger(&app, "render", 6, json!({})).await;
     // Create the budget's row, so that another transaction can hold it.
     let first = claim(&app, "renderer", "w0", 1, json!({})).await;
     assert_eq!(first.len(), 1);
@@ -154,8 +133,10 @@ fn request(agent: &str, worker: &str, max: i64) -> (ClaimRequest, String) {
 async fn a_round_says_when_a_full_limit_holds_its_agents_work_back(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     put_limit(&app, "openai", json!({"concurrency": 2})).await;
-    task_with_work(&app, "summaries", "writer", json!([{"name": "openai"}]), 5).await;
-    task_with_work(&app, "digests", "free", json!([]), 2).await;
+    manual_task(&app, "summaries", "writer", json!([{"name": "openai"}])).await;
+    trigger(&app, "summaries", 5, json!({})).await;
+    manual_task(&app, "digests", "free", json!([])).await;
+    trigger(&app, "digests", 2, json!({})).await;
     let reqs = [request("writer", "w0", 10)];
     // Room for two: the round takes them, and passes over the other three.
     let round = claim_round(&pool, &reqs, HeadRead::Try, None)
@@ -207,7 +188,8 @@ async fn head_read(
 #[sqlx::test]
 async fn a_round_neither_reads_nor_locks_the_rows_its_agents_other_rounds_chose(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
-    task_with_work(&app, "notes", "scribe", json!([]), 5).await;
+    manual_task(&app, "notes", "scribe", json!([])).await;
+    trigger(&app, "notes", 5, json!({})).await;
     let ids: Vec<uuid::Uuid> = sqlx::query_scalar(
         "select id from task_instance where task_id = 'notes' \
          order by available_at, scheduled_at, id",

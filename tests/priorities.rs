@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{TestApp, claim, json};
+use common::{TestApp, claim, json, trigger};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
@@ -18,17 +18,6 @@ async fn task(app: &TestApp, id: &str, execution: Value) {
     )
     .await;
     assert_eq!(status, 201, "{body}");
-}
-
-async fn trigger(app: &TestApp, id: &str, n: usize) {
-    for _ in 0..n {
-        let (status, body) = json(
-            app.post(&format!("/v1/tasks/{id}/trigger"), json!({}))
-                .await,
-        )
-        .await;
-        assert_eq!(status, 201, "{body}");
-    }
 }
 
 fn tasks_of(got: &[Value]) -> Vec<String> {
@@ -54,9 +43,9 @@ async fn the_most_urgent_backlog_goes_first_then_the_next(pool: PgPool) {
         json!({"priority": 0, "concurrency_limit": 100}),
     )
     .await;
-    trigger(&app, "low", 6).await;
-    trigger(&app, "mid", 6).await;
-    trigger(&app, "urgent", 6).await;
+    trigger(&app, "low", 6, json!({})).await;
+    trigger(&app, "mid", 6, json!({})).await;
+    trigger(&app, "urgent", 6, json!({})).await;
     let (_, view) = json(app.get("/v1/tasks/mid").await).await;
     assert_eq!(view["execution"]["priority"], 5, "{view}");
 
@@ -95,9 +84,9 @@ async fn within_a_priority_a_backlogged_task_takes_one_slot_a_round(pool: PgPool
         json!({"priority": 2, "concurrency_limit": 100}),
     )
     .await;
-    trigger(&app, "big", 10).await;
-    trigger(&app, "small", 2).await;
-    trigger(&app, "other", 3).await;
+    trigger(&app, "big", 10, json!({})).await;
+    trigger(&app, "small", 2, json!({})).await;
+    trigger(&app, "other", 3, json!({})).await;
     let got = claim(&app, "agent", "w", 6, json!({})).await;
     // Round 1 and 2 of priority 1 (big, small each), then big's rounds 3 and 4.
     let mut names = tasks_of(&got);
@@ -122,15 +111,15 @@ async fn urgent_work_held_by_a_limit_does_not_hold_back_less_urgent_work(pool: P
         json!({"priority": 7, "concurrency_limit": 100}),
     )
     .await;
-    trigger(&app, "urgent", 5).await;
-    trigger(&app, "routine", 3).await;
+    trigger(&app, "urgent", 5, json!({})).await;
+    trigger(&app, "routine", 3, json!({})).await;
     let got = claim(&app, "agent", "w", 10, json!({})).await;
     let mut names = tasks_of(&got);
     names.sort();
     assert_eq!(names, vec!["routine", "routine", "routine", "urgent"]);
 
     // A routine instance waiting behind urgent work says so.
-    trigger(&app, "routine", 1).await;
+    trigger(&app, "routine", 1, json!({})).await;
     let (status, body) = json(app.put("/v1/limits/api", json!({"concurrency": 2})).await).await;
     assert_eq!(status, 200, "{body}");
     let (_, page) = json(
@@ -173,9 +162,9 @@ async fn instances_are_listed_by_priority_and_a_bad_priority_filter_is_refused(p
     task(&app, "incident", json!({"priority": 0})).await;
     task(&app, "nightly", json!({"priority": 8})).await;
     task(&app, "routine", json!({})).await;
-    trigger(&app, "incident", 2).await;
-    trigger(&app, "nightly", 3).await;
-    trigger(&app, "routine", 1).await;
+    trigger(&app, "incident", 2, json!({})).await;
+    trigger(&app, "nightly", 3, json!({})).await;
+    trigger(&app, "routine", 1, json!({})).await;
 
     for (filter, task, n) in [(0, "incident", 2), (8, "nightly", 3), (5, "routine", 1)] {
         let (status, page) = json(app.get(&format!("/v1/instances?priority={filter}")).await).await;

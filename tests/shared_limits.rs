@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
-use common::{TestApp, backlog, claim, eventually, json};
+use common::{TestApp, backlog, claim, eventually, json, manual_task, trigger};
 use kairos::app::Options;
 use kairos::services::Heartbeats;
 use kairos::services::retry_scanner::RetryScannerConfig;
@@ -17,33 +17,6 @@ use kairos::services::timeout_reaper::{TimeoutReaper, TimeoutReaperConfig};
 use kairos::services::webhook_dispatcher::WebhookDispatcherConfig;
 use serde_json::{Value, json};
 use sqlx::PgPool;
-
-async fn manual_task(app: &TestApp, id: &str, agent: &str, limits: Value) {
-    let (status, body) = json(
-        app.put(
-            &format!("/v1/tasks/{id}"),
-            json!({"agent_id": agent, "trigger": {"type": "manual"},
-                   "execution": {"concurrency_limit": 100, "limits": limits}}),
-        )
-        .await,
-    )
-    .await;
-    assert!(status == 201 || status == 200, "{body}");
-}
-
-async fn trigger(app: &TestApp, task: &str, n: usize, context: Value) {
-    for _ in 0..n {
-        let (status, body) = json(
-            app.post(
-                &format!("/v1/tasks/{task}/trigger"),
-                json!({"context": context}),
-            )
-            .await,
-        )
-        .await;
-        assert_eq!(status, 201, "{body}");
-    }
-}
 
 #[sqlx::test]
 async fn a_concurrency_limit_is_shared_by_tasks_of_two_agents(pool: PgPool) {

@@ -177,6 +177,35 @@ pub async fn claim(app: &TestApp, agent: &str, worker: &str, max: i64, extra: Va
     resp["instances"].as_array().cloned().unwrap_or_default()
 }
 
+/// A manual task of `agent` (concurrency_limit 100) drawing on the shared `limits`.
+pub async fn manual_task(app: &TestApp, id: &str, agent: &str, limits: Value) {
+    let (status, body) = json(
+        app.put(
+            &format!("/v1/tasks/{id}"),
+            serde_json::json!({"agent_id": agent, "trigger": {"type": "manual"},
+                   "execution": {"concurrency_limit": 100, "limits": limits}}),
+        )
+        .await,
+    )
+    .await;
+    assert!(status == 201 || status == 200, "{body}");
+}
+
+/// Trigger `task` `n` times with `context`.
+pub async fn trigger(app: &TestApp, task: &str, n: usize, context: Value) {
+    for _ in 0..n {
+        let (status, body) = json(
+            app.post(
+                &format!("/v1/tasks/{task}/trigger"),
+                serde_json::json!({"context": context}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+}
+
 /// Insert `n` PENDING instances of `task` directly, available `age_s` seconds ago and one
 /// millisecond apart, oldest first, window keys `b000001`, `b000002`, ...
 pub async fn backlog(
