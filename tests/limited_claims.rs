@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{TestApp, claim, eventually, json, manual_task, trigger};
-use kairos::store::claim::{ClaimRequest, HeadRead, claim_round};
+use kairos::store::claim::{ClaimRequest, HeadRead, agent_limited, claim_round};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
@@ -144,15 +144,18 @@ async fn a_round_says_when_a_full_limit_holds_its_agents_work_back(pool: PgPool)
         .expect("round");
     assert_eq!(round.claimed[0].len(), 2);
     assert!(round.limited, "three rows were passed over for the limit");
-    // The budget is full: whichever read the round makes, it chooses nothing, and says why.
-    for head in [HeadRead::Try, HeadRead::Skip] {
-        let round = claim_round(&pool, &reqs, head, None).await.expect("round");
-        assert!(round.claimed[0].is_empty());
-        assert!(
-            round.limited,
-            "{head:?}: the full limit holds the work back"
-        );
-    }
+    // The budget is full. The head read hands over to the per-task read and says so; the
+    // per-task read passes over the task whole, so the round cannot tell, and
+    // `agent_limited` answers for it.
+    let round = claim_round(&pool, &reqs, HeadRead::Try, None)
+        .await
+        .expect("round");
+    assert!(round.claimed[0].is_empty() && round.limited);
+    let round = claim_round(&pool, &reqs, HeadRead::Skip, None)
+        .await
+        .expect("round");
+    assert!(round.claimed[0].is_empty());
+    assert!(agent_limited(&pool, "writer").await.expect("agent_limited"));
     // An agent that draws on no limit: its rounds never say so, empty or not.
     let free = [request("free", "f0", 10)];
     let round = claim_round(&pool, &free, HeadRead::Skip, None)
@@ -164,6 +167,15 @@ async fn a_round_says_when_a_full_limit_holds_its_agents_work_back(pool: PgPool)
         .await
         .expect("round");
     assert!(round.claimed[0].is_empty() && !round.limited);
+    assert!(!agent_limited(&pool, "free").await.expect("agent_limited"));
+    // Once the budget has room again, the writer's work is no longer held back.
+    sqlx::query(
+        "update limits set spec = jsonb_set(spec, '{concurrency}', '10') where name = 'openai'",
+    )
+    .execute(&pool)
+    .await
+    .expect("raise the limit");
+    assert!(!agent_limited(&pool, "writer").await.expect("agent_limited"));
 }
 
 /// The agent's head read as the store runs it, passing over `beside`.

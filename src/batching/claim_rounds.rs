@@ -43,7 +43,8 @@ use sqlx::PgPool;
 use tokio::sync::oneshot;
 
 use crate::store::claim::{
-    ClaimRequest, Claimed, HeadRead, RoundSeat, RoundsInFlight, claim_many, claim_round,
+    ClaimRequest, Claimed, HeadRead, RoundSeat, RoundsInFlight, agent_limited, claim_many,
+    claim_round,
 };
 use crate::store::claim_answers;
 use crate::store::instances::give_back;
@@ -380,7 +381,21 @@ impl ClaimRounds {
         let mut solo = true;
         match result {
             Ok(r) => {
-                solo = !r.limited;
+                // Asked only when a request would get in line again: whether a full limit, not
+                // the other round, kept the agent's work back.
+                let again_due = beside
+                    && round
+                        .requests
+                        .iter()
+                        .zip(&r.claimed)
+                        .any(|(w, list)| list.is_empty() && !w.again);
+                if again_due {
+                    let limited = r.limited
+                        || store::health::bounded("claim_round", agent_limited(&self.pool, agent))
+                            .await
+                            .unwrap_or(false);
+                    solo = !limited;
+                }
                 let outcome = match (head, r.head_unsettled) {
                     (HeadRead::Skip, _) => "skipped",
                     (HeadRead::Try, true) => "unsettled",

@@ -48,7 +48,7 @@ use crate::domain::trace::WindowTrace;
 mod pick;
 mod take;
 
-use pick::{PickNotes, agent_limited, pick};
+use pick::{PickNotes, pick};
 #[cfg(test)]
 use take::{Grant, TaskRoom, grant};
 use take::{reserve_permits, take};
@@ -264,8 +264,8 @@ pub enum HeadRead {
     Skip,
 }
 
-/// What [`claim_round`] claimed, whether it read the head in vain, and whether shared limits
-/// held some of the agent's work back.
+/// What [`claim_round`] claimed, whether it read the head in vain, and whether it saw shared
+/// limits hold some of the agent's work back.
 #[derive(Debug)]
 pub struct Round {
     /// One list per request, in request order.
@@ -273,8 +273,20 @@ pub struct Round {
     /// The head was read and could not settle the pick.
     pub head_unsettled: bool,
     /// Some of the agent's work was passed over, or chosen and not admitted, because a shared
-    /// limit it draws on had no room.
+    /// limit it draws on had no room. A task passed over whole by the per-task read is not
+    /// seen here: [`agent_limited`] asks for it.
     pub limited: bool,
+}
+
+/// Whether a poll task of `agent_id` that may be claimed from draws on a budget without keys
+/// that has no room now (the per-task read passes over such a task whole, and a round that
+/// chose nothing cannot tell it from having no work).
+pub async fn agent_limited(pool: &PgPool, agent_id: &str) -> Result<bool> {
+    sqlx::query_scalar(sql!("claim/pick/agent_limited"))
+        .bind(agent_id)
+        .fetch_one(pool)
+        .await
+        .map_err(super::Error::from)
 }
 
 /// [`claim_many`], reading the head first or not as `head` says, and reporting whether a head
@@ -377,9 +389,6 @@ async fn claim_dealt(
         seat.chose(chosen.iter().map(|c| c.id).collect());
     }
     if chosen.is_empty() {
-        if let (false, Some(agent_id)) = (notes.limited, scope.agent()) {
-            notes.limited = agent_limited(&mut tx, agent_id).await?;
-        }
         tx.commit().await?;
         return Ok((Vec::new(), notes));
     }

@@ -113,16 +113,6 @@ async fn pick_within_limits(
     }))
 }
 
-/// Whether a poll task of `agent_id` is passed over whole for a budget without keys that has no
-/// room now (asked after a pick that chose nothing: the per-task read says nothing of it).
-pub(super) async fn agent_limited(conn: &mut PgConnection, agent_id: &str) -> Result<bool> {
-    sqlx::query_scalar(sql!("claim/pick/agent_limited"))
-        .bind(agent_id)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(crate::store::Error::from)
-}
-
 /// A row chosen by the pick, with its task and the task's limit.
 pub(super) struct Chosen {
     pub(super) id: Uuid,

@@ -1,6 +1,6 @@
 -- Whether a poll task of an agent that may be claimed from draws on a budget without keys that
--- has no room now: the per-task read passes over such a task whole. Asked only after a pick of
--- the agent's work that chose nothing. The agent's tasks that draw on limits
+-- has no room now: the per-task read passes over such a task whole. Asked when a claim round
+-- beside another left a request empty-handed. The agent's tasks that draw on limits
 -- (tasks_agent_limited_idx) drive the look: an agent without any never reads the budgets.
 -- $1 agent id.
 with blocked as materialized (
