@@ -280,13 +280,13 @@ pub struct Round {
 
 /// Whether a poll task of `agent_id` that may be claimed from draws on a budget without keys
 /// that has no room now (the per-task read passes over such a task whole, and a round that
-/// chose nothing cannot tell it from having no work).
+/// chose nothing cannot tell it from having no work). The head read's own rule, asked with a
+/// head of no rows: it hands over exactly then.
 pub async fn agent_limited(pool: &PgPool, agent_id: &str) -> Result<bool> {
-    sqlx::query_scalar(sql!("claim/pick/agent_limited"))
-        .bind(agent_id)
-        .fetch_one(pool)
-        .await
-        .map_err(super::Error::from)
+    let mut conn = pool.acquire().await?;
+    Ok(pick::read_head(&mut conn, agent_id, 0, None)
+        .await?
+        .is_none())
 }
 
 /// [`claim_many`], reading the head first or not as `head` says, and reporting whether a head

@@ -160,7 +160,7 @@ struct HeadRow {
 /// Each task's limit and RUNNING count are read once, on its first head row, by a lookup per
 /// row: the work grows with the head, whatever the planner thinks of its size (a semi-join
 /// on the freshly locked head was planned as a rescan of the head per row).
-async fn read_head(
+pub(super) async fn read_head(
     conn: &mut PgConnection,
     agent_id: &str,
     scan: usize,

@@ -185,16 +185,23 @@ pub(super) async fn take(
     let rooms = by_task.iter().map(|(t, r)| (*t, r.room())).collect();
     let rows: Vec<(Uuid, &str)> = chosen.iter().map(|c| (c.id, c.task_id.as_str())).collect();
     let grants = grant(&rows, dealt, &rooms);
-    if chosen.iter().any(|c| c.draws.is_some())
+    let draws_of: DrawsOf<'_> = chosen
+        .iter()
+        .filter_map(|c| c.draws.as_ref().map(|d| (c.id, d)))
+        .collect();
+    if !draws_of.is_empty()
         && !rated
-        && let Some(taken) = take_then_check(conn, chosen, &grants, &by_task, takers).await?
+        && let Some(taken) = take_then_check(conn, &draws_of, &grants, &by_task, takers).await?
     {
         return Ok((taken, false));
     }
-    let (grants, started_at, refused) = admit_within_limits(conn, chosen, grants).await?;
+    let (grants, started_at, refused) = admit_within_limits(conn, &draws_of, grants).await?;
     let taken = write_take(conn, &grants, &by_task, takers, started_at).await?;
     Ok((taken, refused))
 }
+
+/// The draws of the chosen rows that draw on shared limits, by row.
+type DrawsOf<'c> = std::collections::HashMap<Uuid, &'c Vec<RenderedDraw>>;
 
 /// Move the granted rows to RUNNING for their takers, the start recorded at `started_at` (now
 /// when `None`). Returns the claimed rows with their taker.
@@ -255,15 +262,11 @@ async fn write_take(
 /// for them all: [`admit_within_limits`] then admits them one by one.
 async fn take_then_check(
     conn: &mut PgConnection,
-    chosen: &[Chosen],
+    draws_of: &DrawsOf<'_>,
     grants: &[Grant<'_, Uuid>],
     by_task: &std::collections::HashMap<&str, &Recheck>,
     takers: &[Taker<'_>],
 ) -> Result<Option<Vec<(usize, ClaimedRow)>>> {
-    let draws_of: std::collections::HashMap<Uuid, &Vec<RenderedDraw>> = chosen
-        .iter()
-        .filter_map(|c| c.draws.as_ref().map(|d| (c.id, d)))
-        .collect();
     let mut savepoint = sqlx::Connection::begin(&mut *conn).await?;
     let taken = write_take(&mut savepoint, grants, by_task, takers, None).await?;
     let drawn: Vec<(Uuid, &RenderedDraw)> = taken
@@ -299,15 +302,11 @@ async fn take_then_check(
 /// this transaction, so they count from the commit that makes the rows RUNNING. Returns the
 /// admitted grants, when limits were checked the instant the starts are recorded at (the
 /// instant the rates were tested at), and whether some grant was refused.
-async fn admit_within_limits<'a>(
+async fn admit_within_limits<'a, 'c>(
     conn: &mut PgConnection,
-    chosen: &[Chosen],
+    draws_of: &DrawsOf<'c>,
     grants: Vec<Grant<'a, Uuid>>,
 ) -> Result<(Vec<Grant<'a, Uuid>>, Option<DateTime<Utc>>, bool)> {
-    let draws_of: std::collections::HashMap<Uuid, &Vec<RenderedDraw>> = chosen
-        .iter()
-        .filter_map(|c| c.draws.as_ref().map(|d| (c.id, d)))
-        .collect();
     let drawn: Vec<(String, String)> = grants
         .iter()
         .filter_map(|g| draws_of.get(&g.id))
