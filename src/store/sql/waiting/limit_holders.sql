@@ -1,7 +1,8 @@
--- The first five instances (by id) holding units of one limit's key.
+-- The first five RUNNING instances (by id) holding units of one limit's key.
 -- $1 limit name, $2 key.
-select instance_id
-from limit_units
-where limit_name = $1 and key = $2
-order by instance_id
+select id
+from task_instance
+where status = 'RUNNING'
+  and held_units @> jsonb_build_array(jsonb_build_object('name', $1::text, 'key', $2::text))
+order by id
 limit 5
