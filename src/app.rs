@@ -166,6 +166,9 @@ pub struct Pools {
     pub loops: PgPool,
     /// The LISTEN connections' ([`store::listen_pool`]: straight to PostgreSQL).
     pub listen: PgPool,
+    /// The database watch's one connection: a probe that waits behind loops stuck on a lock
+    /// would report an outage that is not one.
+    pub watch: PgPool,
     /// Whether the database answers, shared with the pools' connection checks.
     pub health: DbHealth,
 }
@@ -176,6 +179,7 @@ impl Pools {
         Self {
             api: pool.clone(),
             listen: pool.clone(),
+            watch: pool.clone(),
             loops: pool,
             health: DbHealth::default(),
         }
@@ -188,6 +192,7 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
         api: pool,
         loops: loop_pool,
         listen: listen_pool,
+        watch: watch_pool,
         health,
     } = pools;
     crate::store::health::set_pass_bound(opts.loop_pass_timeout, health.clone());
@@ -236,7 +241,7 @@ pub fn start(pools: Pools, listener: TcpListener, opts: Options) -> anyhow::Resu
     let signal = CancellationToken::new();
     let signal_task = tokio::spawn(work_signal.clone().run(listen_pool.clone(), signal.clone()));
     let watch = DbWatch::new(
-        loop_pool.clone(),
+        watch_pool,
         health.clone(),
         opts.node_id.clone(),
         opts.database_unavailable_answer,
@@ -403,7 +408,9 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
     };
     let loop_pool = store::connect(
         &cfg.database_url,
-        cfg.loop_connections() - crate::config::LISTEN_CONNECTIONS,
+        cfg.loop_connections()
+            - crate::config::LISTEN_CONNECTIONS
+            - crate::config::WATCH_CONNECTIONS,
         &loop_settings,
         health.clone(),
     )
@@ -411,6 +418,19 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
     .with_context(|| {
         format!(
             "connecting the background loops' pool (database_url of {})",
+            cfg.database_url.redacted()
+        )
+    })?;
+    let watch_pool = store::connect(
+        &cfg.database_url,
+        crate::config::WATCH_CONNECTIONS,
+        &loop_settings,
+        health.clone(),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "connecting the database watch's pool (database_url of {})",
             cfg.database_url.redacted()
         )
     })?;
@@ -430,6 +450,7 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
         api: pool.clone(),
         loops: loop_pool.clone(),
         listen: listen_pool.clone(),
+        watch: watch_pool.clone(),
         health,
     };
     let running = start(pools, listener, Options::from_config(&cfg)?)?;
@@ -440,6 +461,7 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
     pool.close().await;
     loop_pool.close().await;
     listen_pool.close().await;
+    watch_pool.close().await;
     tracing::info!("kairos stopped");
     Ok(())
 }

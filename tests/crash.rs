@@ -59,7 +59,7 @@ async fn start_replica(db: &str, node: &str) -> Replica {
         .env("KAIROS_NODE_ID", node)
         .env("KAIROS_REAPER_INTERVAL_MS", "200")
         .env("KAIROS_RETRY_SCAN_INTERVAL_MS", "200")
-        .env("KAIROS_DATABASE_MAX_CONNECTIONS", "12")
+        .env("KAIROS_DATABASE_MAX_CONNECTIONS", "13")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())

@@ -411,6 +411,7 @@ async fn while_the_database_is_unreachable_calls_answer_503_within_seconds_and_r
         kairos::app::Pools {
             api: app_pool.clone(),
             listen: app_pool.clone(),
+            watch: app_pool.clone(),
             loops: app_pool,
             health,
         },

@@ -410,6 +410,7 @@ async fn the_background_loops_keep_their_connections_when_the_api_has_none(pool:
         Pools {
             api: api.clone(),
             listen: loops.clone(),
+            watch: loops.clone(),
             loops,
             health: Default::default(),
         },

@@ -124,6 +124,9 @@ settings! {
 /// Connections the background loops other than the trigger's batches share (retry scanner,
 /// reaper, dispatcher, notifier, pruner, stats sampler: short transactions that may queue).
 pub const SHARED_LOOP_CONNECTIONS: u32 = 2;
+/// The database watch's own connection: it tells an outage from a lock wait, so no loop that
+/// waits for a lock may hold the connection it probes with.
+pub const WATCH_CONNECTIONS: u32 = 1;
 /// Fewest connections the API pool may have (group commits plus a claim).
 pub const MIN_API_CONNECTIONS: u32 = 4;
 
@@ -168,11 +171,13 @@ impl Config {
         }
     }
 
-    /// Size of the background loops' own pool: the API cannot exhaust it.
+    /// Connections kept from the API: LISTEN's, the background loops' own pool, and the
+    /// database watch's (the API cannot exhaust them).
     pub fn loop_connections(&self) -> u32 {
         LISTEN_CONNECTIONS
             + u32::try_from(self.trigger_parallelism).unwrap_or(u32::MAX)
             + SHARED_LOOP_CONNECTIONS
+            + WATCH_CONNECTIONS
     }
 
     /// Size of the API's pool: what `database_max_connections` leaves after the loops' pool.

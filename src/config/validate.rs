@@ -4,7 +4,7 @@
 
 use super::{
     Config, ConfigError, DatabasePooler, LISTEN_CONNECTIONS, MIN_API_CONNECTIONS,
-    SHARED_LOOP_CONNECTIONS, invalid,
+    SHARED_LOOP_CONNECTIONS, WATCH_CONNECTIONS, invalid,
 };
 
 /// An absolute http(s) URL with a host.
@@ -83,7 +83,8 @@ impl Config {
                 format!(
                     "must be from {floor} to 1000: {LISTEN_CONNECTIONS} are held by LISTEN, \
                      trigger_parallelism + {SHARED_LOOP_CONNECTIONS} are kept for the background \
-                     loops, and the API needs at least {MIN_API_CONNECTIONS}"
+                     loops, {WATCH_CONNECTIONS} for the database watch, and the API needs at \
+                     least {MIN_API_CONNECTIONS}"
                 ),
             ));
         }
@@ -383,20 +384,20 @@ mod tests {
     fn too_few_connections_for_the_loops_and_the_api_are_refused() {
         let err = load(&[
             ("KAIROS_CONFIG", "config/kairos.toml"),
-            ("KAIROS_DATABASE_MAX_CONNECTIONS", "11"),
+            ("KAIROS_DATABASE_MAX_CONNECTIONS", "12"),
         ])
         .expect_err("refused");
         let text = err.to_string();
         assert!(
-            text.starts_with("database_max_connections: must be from 12 to 1000"),
+            text.starts_with("database_max_connections: must be from 13 to 1000"),
             "{text}"
         );
         let cfg = load(&[
             ("KAIROS_CONFIG", "config/kairos.toml"),
-            ("KAIROS_DATABASE_MAX_CONNECTIONS", "12"),
+            ("KAIROS_DATABASE_MAX_CONNECTIONS", "13"),
         ])
         .expect("the floor itself is accepted");
-        assert_eq!((cfg.loop_connections(), cfg.api_connections()), (8, 4));
+        assert_eq!((cfg.loop_connections(), cfg.api_connections()), (9, 4));
         let err = load(&[
             ("KAIROS_CONFIG", "config/kairos.toml"),
             ("KAIROS_CLAIM_MAX_WAITERS", "4096"),
