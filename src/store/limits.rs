@@ -5,15 +5,12 @@
 //!
 //! Lock order: instance rows, then budget rows in `(limit_name, key)` order. Claims lock the
 //! budgets they admit starts on (and wait for them: admissions of one budget are serialised
-//! across replicas); holds lock one budget. The units in use are counted from each row's
-//! `held_units`: the claim that makes rows RUNNING takes them on their budgets' rows (in its
-//! take statement, `claim/take/take.sql`), and a statement trigger on `task_instance` returns
-//! them on return rows when rows leave RUNNING by any path — so no exit can forget to give
-//! them back, a completion never waits for a claim's budget lock, and a claim that rolls back
-//! to its savepoint takes its units back with it. A limit's create or change counts its units
-//! afresh (`count_units`), holding off every return meanwhile; a transaction that returned
-//! units and then waits for an instance row the change has locked would form a cycle with it,
-//! which PostgreSQL breaks by aborting one of the two.
+//! across replicas); holds lock one budget. The units in use are counted by a statement trigger
+//! on `task_instance` from each row's `held_units` (written by the claim that makes it
+//! RUNNING): taken on the budget's row when rows enter RUNNING, returned on a return row when
+//! they leave it by any path — so no exit can forget to give them back, a completion never
+//! waits for a claim's budget lock, and a claim that rolls back to its savepoint takes its
+//! units back with it.
 
 use std::collections::HashMap;
 
