@@ -24,15 +24,18 @@ async fn running(pool: &PgPool) -> i64 {
         .expect("running")
 }
 
-/// Units counted on `limit`'s budget that no instance holds (`fake`: another claim's, as this
-/// test writes them).
+/// Units held on `limit` by rows that are not instances (`fake`: another claim's, as this test
+/// writes them).
 async fn fake_units(conn: &mut sqlx::PgConnection, limit: &str, n: i64) {
-    sqlx::query("update limit_state set taken = taken + $2 where limit_name = $1 and key = ''")
-        .bind(limit)
-        .bind(n)
-        .execute(&mut *conn)
-        .await
-        .expect("fake units");
+    sqlx::query(
+        "insert into limit_units (instance_id, limit_name, key, cost) \
+         select gen_random_uuid(), $1, '', 1 from generate_series(1, $2)",
+    )
+    .bind(limit)
+    .bind(n)
+    .execute(&mut *conn)
+    .await
+    .expect("fake units");
 }
 
 #[sqlx::test]
@@ -76,7 +79,7 @@ async fn a_budget_that_fills_while_a_claim_waits_for_it_admits_nobody_past_its_c
             async move {
                 sqlx::query_scalar::<_, i64>(
                     "select count(*) from pg_stat_activity \
-                 where wait_event_type = 'Lock' and query like '%held_units%'",
+                 where wait_event_type = 'Lock' and query like '%limit_state%'",
                 )
                 .fetch_one(&pool)
                 .await
@@ -99,8 +102,7 @@ async fn a_budget_that_fills_while_a_claim_waits_for_it_admits_nobody_past_its_c
         "4 units: 2 RUNNING instances and 2 of the other"
     );
     let units: i64 = sqlx::query_scalar(
-        "select ((select coalesce(sum(taken), 0) from limit_state where limit_name = 'gpu') \
-              - (select coalesce(sum(units), 0) from limit_returns where limit_name = 'gpu'))::bigint",
+        "select coalesce(sum(cost), 0)::bigint from limit_units where limit_name = 'gpu'",
     )
     .fetch_one(&pool)
     .await

@@ -261,10 +261,10 @@ async fn backlog_on_a_full_budget(pool: &PgPool) {
              '[{\"name\": \"shared\", \"key\": \"\", \"cost\": 1}]' where task_id like 'p%'",
         "update task_instance set status = 'RUNNING', started_at = now(), attempt = 1, \
              lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute', \
-             run_slot = 0, held_units = '[{\"name\": \"shared\", \"key\": \"\", \"cost\": 1}]' \
+             run_slot = 0 \
          where id = (select id from task_instance where task_id = 'p0' limit 1)",
-        // The unit it took, as its claim would have taken it.
-        "insert into limit_state (limit_name, key, taken) values ('shared', '', 1)",
+        "insert into limit_units (instance_id, limit_name, key, cost) \
+             select id, 'shared', '', 1 from task_instance where status = 'RUNNING'",
         "analyze task_instance",
     ] {
         sqlx::query(stmt)
@@ -384,8 +384,8 @@ async fn the_claim_reads_of_an_agent_that_draws_on_no_limit_never_read_the_budge
     ] {
         let (plan, rows) = explain_claim_read(&pool, sql, params).await;
         assert_eq!(rows.len(), 5, "f's five windows");
-        let read = tuples_read(&plan, "limit_state");
-        assert_eq!(read, 0.0, "an agent without limits read {read} budget rows");
+        let read = tuples_read(&plan, "limit_units");
+        assert_eq!(read, 0.0, "an agent without limits read {read} unit rows");
     }
 }
 

@@ -154,28 +154,21 @@ async fn limit_view(app: &TestApp, name: &str) -> Value {
     view
 }
 
-/// Units in use, over every budget of every limit (the budgets' counters).
+/// Units held in `limit_units` (all limits).
 async fn units_total(pool: &PgPool) -> i64 {
-    sqlx::query_scalar(
-        "select ((select coalesce(sum(taken), 0) from limit_state) \
-                 - (select coalesce(sum(units), 0) from limit_returns))::bigint",
-    )
-    .fetch_one(pool)
-    .await
-    .expect("units")
+    sqlx::query_scalar("select coalesce(sum(cost), 0)::bigint from limit_units")
+        .fetch_one(pool)
+        .await
+        .expect("units")
 }
 
-/// The units one instance holds: its `held_units` while it is RUNNING.
+/// The `limit_units` rows of one instance.
 async fn units_of(pool: &PgPool, id: uuid::Uuid) -> i64 {
-    sqlx::query_scalar(
-        "select coalesce(sum((u->>'cost')::bigint), 0)::bigint \
-         from task_instance i cross join lateral jsonb_array_elements(i.held_units) u \
-         where i.id = $1 and i.status = 'RUNNING'",
-    )
-    .bind(id)
-    .fetch_one(pool)
-    .await
-    .expect("units of instance")
+    sqlx::query_scalar("select count(*) from limit_units where instance_id = $1")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .expect("units of instance")
 }
 
 async fn status_of(pool: &PgPool, id: uuid::Uuid) -> String {
@@ -293,8 +286,7 @@ async fn three_replicas_and_sixteen_claimers_never_run_past_a_shared_concurrency
                 (0i64, 0i64, 0i64, Vec::new(), 0u64);
             while !stop.load(Ordering::Relaxed) {
                 let row: Option<(i64, i64, i64)> = sqlx::query_as(
-                    "select ((select coalesce(sum(taken), 0) from limit_state) \
-                              - (select coalesce(sum(units), 0) from limit_returns))::bigint, \
+                    "select (select coalesce(sum(cost), 0) from limit_units)::bigint, \
                          (select count(*) from task_instance \
                           where task_id = any($1) and status = 'RUNNING'), \
                          (select coalesce(sum(case when task_id = 't-c' then 2 else 1 end), 0) \
@@ -624,75 +616,6 @@ async fn per_key_budgets_are_separate_so_one_tenant_waits_while_the_others_run(p
     assert_eq!(second.len(), 1, "{second:?}");
     assert_eq!(tenant(&second[0]), "a");
     assert_ne!(id_of(&second[0]), id_of(a));
-}
-
-/// A limit's budgets as its view lists them: (key, running), sorted, zeros left out; a limit
-/// without per_key lists its one budget as the key "".
-async fn busy_keys(app: &TestApp, name: &str) -> Vec<(String, i64)> {
-    let view = limit_view(app, name).await;
-    let Some(listed) = view["keys"].as_array() else {
-        let running = view["running"].as_i64().expect("running");
-        return [(String::new(), running)]
-            .into_iter()
-            .filter(|(_, n)| *n != 0)
-            .collect();
-    };
-    let mut keys: Vec<(String, i64)> = listed
-        .iter()
-        .map(|k| {
-            (
-                k["key"].as_str().unwrap_or("").to_owned(),
-                k["running"].as_i64().unwrap_or(-1),
-            )
-        })
-        .filter(|(_, n)| *n != 0)
-        .collect();
-    keys.sort();
-    keys
-}
-
-#[sqlx::test]
-async fn units_held_while_per_key_is_turned_on_and_off_move_to_the_new_budgets_and_come_back(
-    pool: PgPool,
-) {
-    let app = TestApp::spawn(pool.clone()).await;
-    limit_ok(&app, "seats", json!({"concurrency": 2})).await;
-    tenant_task(&app, "seated", "st", "seats").await;
-    for t in ["a", "b", "a", "a"] {
-        trigger(&app, "seated", 1, json!({"params": {"tenant": t}})).await;
-    }
-    let first = claim(&app, "st", "w", 10, json!({})).await;
-    assert_eq!(first.len(), 2, "two seats: {first:?}");
-    assert_eq!(busy_keys(&app, "seats").await, vec![(String::new(), 2)]);
-
-    // Per key now: the two running instances hold a seat each of their tenants' budgets, so a
-    // has one seat left and the two waiting a's get one.
-    limit_ok(&app, "seats", json!({"concurrency": 2, "per_key": true})).await;
-    assert_eq!(
-        busy_keys(&app, "seats").await,
-        vec![("a".to_owned(), 1), ("b".to_owned(), 1)]
-    );
-    let second = claim(&app, "st", "w", 10, json!({})).await;
-    assert_eq!(second.len(), 1, "a's second seat: {second:?}");
-    assert_eq!(
-        busy_keys(&app, "seats").await,
-        vec![("a".to_owned(), 2), ("b".to_owned(), 1)]
-    );
-
-    // Back to one budget: three running on 2 seats; nothing starts until two have finished.
-    limit_ok(&app, "seats", json!({"concurrency": 2})).await;
-    assert_eq!(busy_keys(&app, "seats").await, vec![(String::new(), 3)]);
-    assert!(claim(&app, "st", "w", 10, json!({})).await.is_empty());
-    let running: Vec<&Value> = first.iter().chain(second.iter()).collect();
-    assert_eq!(complete(&app, running[0]).await.0, 200);
-    assert!(claim(&app, "st", "w", 10, json!({})).await.is_empty());
-    assert_eq!(complete(&app, running[1]).await.0, 200);
-    let third = claim(&app, "st", "w", 10, json!({})).await;
-    assert_eq!(third.len(), 1, "the last a: {third:?}");
-    assert_eq!(complete(&app, running[2]).await.0, 200);
-    assert_eq!(complete(&app, &third[0]).await.0, 200);
-    assert!(busy_keys(&app, "seats").await.is_empty());
-    assert_eq!(units_total(&pool).await, 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1269,7 +1192,7 @@ async fn concurrency_units_come_back_on_every_exit_from_running(pool: PgPool) {
         assert_eq!(got.len(), 1, "{exit}: {got:?}");
         let i = &got[0];
         let id = uuid_of(i);
-        assert_eq!(units_of(&pool, id).await, 2, "{exit}: units while RUNNING");
+        assert_eq!(units_of(&pool, id).await, 1, "{exit}: units while RUNNING");
         assert_eq!(limit_view(&app, "ex").await["running"], 2, "{exit}");
         match exit {
             "complete" => assert_eq!(complete(&app, i).await.0, 200),

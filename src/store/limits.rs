@@ -1,16 +1,13 @@
-//! Shared limits: their definitions (`limits`) and the state of each budget (`limit_state`: the
-//! units taken by starts, the rate's theoretical arrival time and holds; `limit_returns`: the
-//! units given back by instances leaving RUNNING). The rules are
-//! [`crate::domain::limit`]; how claims use them is [`super::claim`].
+//! Shared limits: their definitions (`limits`), the state of each budget (`limit_state`: the
+//! rate's theoretical arrival time and holds) and the units RUNNING instances hold
+//! (`limit_units`). The rules are [`crate::domain::limit`]; how claims use them is
+//! [`super::claim`].
 //!
-//! Lock order: instance rows, then budget rows in `(limit_name, key)` order. Claims lock the
+//! Lock order: an instance row, then budget rows in `(limit_name, key)` order. Claims lock the
 //! budgets they admit starts on (and wait for them: admissions of one budget are serialised
-//! across replicas); holds lock one budget. The units in use are counted by a statement trigger
-//! on `task_instance` from each row's `held_units` (written by the claim that makes it
-//! RUNNING): taken on the budget's row when rows enter RUNNING, returned on a return row when
-//! they leave it by any path — so no exit can forget to give them back, a completion never
-//! waits for a claim's budget lock, and a claim that rolls back to its savepoint takes its
-//! units back with it.
+//! across replicas); holds lock one budget. Units are written by the claim that makes an
+//! instance RUNNING and deleted by a trigger when it leaves RUNNING by any path, so no exit can
+//! forget to give them back.
 
 use std::collections::HashMap;
 
@@ -139,7 +136,6 @@ pub async fn upsert_limit(
                 .bind(Json(spec))
                 .execute(&mut *tx)
                 .await?;
-            count_units(&mut tx, name).await?;
             Upserted::Replaced
         }
         None => {
@@ -153,9 +149,6 @@ pub async fn upsert_limit(
                     "limit {name:?} was created concurrently; retry the request"
                 )));
             }
-            // Instances still running from a deleted limit of the same name give their units
-            // back to this one: they count in it until then.
-            count_units(&mut tx, name).await?;
             Upserted::Created
         }
     };
@@ -165,25 +158,6 @@ pub async fn upsert_limit(
         .await?;
     tx.commit().await?;
     Ok((outcome, row.into()))
-}
-
-/// Count a limit's units in use afresh from the RUNNING instances that hold them: returns held
-/// off and its budgets locked (in key order) first, so that every change committed before is
-/// counted and none comes between. Returns are held off for every limit, for as long as this
-/// transaction lasts: it is a limit's create or change, rare and short.
-async fn count_units(conn: &mut PgConnection, name: &str) -> Result<()> {
-    sqlx::query(sql!("limits/lock_returns"))
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query(sql!("limits/lock_all_budgets"))
-        .bind(name)
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query(sql!("limits/count_units"))
-        .bind(name)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
 }
 
 /// Delete a limit: a conflict naming the tasks while any task draws on it.
@@ -404,6 +378,32 @@ pub async fn store_tats(
         .bind(&names)
         .bind(&keys)
         .bind(&at)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Units taken by starts, from their draws `(instance, draw)`: the unit's key is the draw's for
+/// a `per_key` limit and `""` otherwise; a draw on a limit without concurrency takes none.
+pub async fn insert_units(
+    conn: &mut PgConnection,
+    draws: &[(uuid::Uuid, &crate::domain::limit::RenderedDraw)],
+) -> Result<()> {
+    if draws.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<uuid::Uuid> = draws.iter().map(|d| d.0).collect();
+    let names: Vec<&str> = draws.iter().map(|d| d.1.name.as_str()).collect();
+    let keys: Vec<&str> = draws.iter().map(|d| d.1.key.as_str()).collect();
+    let costs: Vec<i32> = draws
+        .iter()
+        .map(|d| i32::try_from(d.1.cost).unwrap_or(i32::MAX))
+        .collect();
+    sqlx::query(sql!("limits/insert_units"))
+        .bind(&ids)
+        .bind(&names)
+        .bind(&keys)
+        .bind(&costs)
         .execute(&mut *conn)
         .await?;
     Ok(())

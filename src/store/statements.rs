@@ -63,13 +63,12 @@ mod tests {
                 and (s.held_until > now() \
                 or (l.spec ? 'rate' and s.tat > now() + make_interval(secs => \
                 (l.spec->'rate'->>'burst')::float8 * (l.spec->'rate'->>'per_seconds')::float8 \
-                / (l.spec->'rate'->>'count')::float8)) \
-                or (l.spec ? 'concurrency' \
-                and s.taken - (select coalesce(sum(r.units), 0) from limit_returns r \
-                where r.limit_name = s.limit_name and r.key = s.key) \
-                >= (l.spec->>'concurrency')::bigint)) \
+                / (l.spec->'rate'->>'count')::float8))) \
+                union \
+                select u.key from limit_units u where u.limit_name = l.name and l.spec ? 'concurrency' \
+                group by u.key having sum(u.cost) >= (l.spec->>'concurrency')::bigint \
                 ) b"
-            .to_owned(),
+                .to_owned(),
             // True when instance row `i` draws on no budget of `blocked` (the CTE above).
             "not blocked i" => "(i.limit_draws is null or not exists (select 1 from blocked) \
                 or not exists ( \
@@ -80,13 +79,11 @@ mod tests {
             // budget is all or nothing for every waiting row of the task, since they draw on
             // the task's limits (rendered afresh whenever those change). A task without
             // limits is answered before `blocked` is read, so it never sums anyone's units.
-            "not blocked t" => {
-                "(coalesce(t.spec->'execution'->'limits', '[]'::jsonb) = '[]'::jsonb \
+            "not blocked t" => "(coalesce(t.spec->'execution'->'limits', '[]'::jsonb) = '[]'::jsonb \
                 or not exists (select 1 from blocked b where b.key is null \
                 and t.spec->'execution'->'limits' \
                 @> jsonb_build_array(jsonb_build_object('name', b.name))))"
-                    .to_owned()
-            }
+                .to_owned(),
             "task concurrency_limit" => TASK_LIMIT_SQL.to_string(),
             "task timeout_seconds" => TASK_TIMEOUT_SQL.to_string(),
             "task failure_threshold" => format!(

@@ -196,8 +196,7 @@ pub(super) async fn take(
         return Ok((taken, false));
     }
     let (grants, started_at, refused) = admit_within_limits(conn, &draws_of, grants).await?;
-    // Admitted under the budgets' locks: the take's own check is moot.
-    let (taken, _) = write_take(conn, &grants, &by_task, takers, started_at).await?;
+    let taken = write_take(conn, &grants, &by_task, takers, started_at).await?;
     Ok((taken, refused))
 }
 
@@ -205,16 +204,14 @@ pub(super) async fn take(
 type DrawsOf<'c> = std::collections::HashMap<Uuid, &'c Vec<RenderedDraw>>;
 
 /// Move the granted rows to RUNNING for their takers, the start recorded at `started_at` (now
-/// when `None`), and take their units on their budgets (locking those in one order, waiting).
-/// Returns the claimed rows with their taker, and whether a budget they took units on is now
-/// held, has a rate, or runs more than its concurrency.
+/// when `None`). Returns the claimed rows with their taker.
 async fn write_take(
     conn: &mut PgConnection,
     grants: &[Grant<'_, Uuid>],
     by_task: &std::collections::HashMap<&str, &Recheck>,
     takers: &[Taker<'_>],
     started_at: Option<DateTime<Utc>>,
-) -> Result<(Vec<(usize, ClaimedRow)>, bool)> {
+) -> Result<Vec<(usize, ClaimedRow)>> {
     let mut ids = Vec::with_capacity(grants.len());
     let mut slots = Vec::with_capacity(grants.len());
     let mut taker_of = Vec::with_capacity(grants.len());
@@ -235,7 +232,7 @@ async fn write_take(
         actors.push(t.actor);
     }
     if ids.is_empty() {
-        return Ok((Vec::new(), false));
+        return Ok(Vec::new());
     }
     let rows: Vec<TakenRow> = sqlx::query_as(sql!("claim/take/take"))
         .bind(&ids)
@@ -248,23 +245,21 @@ async fn write_take(
         .bind(started_at)
         .fetch_all(&mut *conn)
         .await?;
-    let over = rows.iter().any(|r| r.over_limits);
-    let taken = rows
+    Ok(rows
         .into_iter()
         .map(|r| (usize::try_from(r.taker).unwrap_or(usize::MAX), r.row))
-        .collect();
-    Ok((taken, over))
+        .collect())
 }
 
 /// Step 3b, the short way, for granted rows that draw on limits of concurrency (no rate):
-/// under a savepoint, move them all to RUNNING and take their units, which locks their budgets
-/// (in one order, waiting), and learn from the same statement whether every budget is still
-/// within its concurrency, this claim's units included, and none is held. A budget's lock is
-/// taken at the end of the claim's writes and held for the commit only: admissions of one budget
-/// still follow one another across replicas, but the next claim has done its writes by the time
-/// it waits. `None` (the savepoint rolled back, the rows PENDING and still locked by this claim)
-/// when a budget has a rate or no room for them all: [`admit_within_limits`] then admits them one
-/// by one.
+/// under a savepoint, move them all to RUNNING and write their units first, then lock their
+/// budgets (in one order, waiting) and check that none is held and none is past its
+/// concurrency, this claim's units included. A budget's lock is then held for that read and
+/// the commit only, not for the claim's writes: admissions of one budget still follow one
+/// another across replicas, but the next claim has done its writes by the time it waits, so
+/// two claims no longer spend those writes one after the other. `None` (the savepoint rolled
+/// back, the rows PENDING and still locked by this claim) when a budget has a rate or no room
+/// for them all: [`admit_within_limits`] then admits them one by one.
 async fn take_then_check(
     conn: &mut PgConnection,
     draws_of: &DrawsOf<'_>,
@@ -273,10 +268,23 @@ async fn take_then_check(
     takers: &[Taker<'_>],
 ) -> Result<Option<Vec<(usize, ClaimedRow)>>> {
     let mut savepoint = sqlx::Connection::begin(&mut *conn).await?;
-    let (taken, over) = write_take(&mut savepoint, grants, by_task, takers, None).await?;
-    // The take's check counts as running the units returned after its statement began (while
-    // it waited for the budgets, say): when it finds a budget over, read them again, afresh.
-    if !over || fits_afresh(&mut savepoint, draws_of, &taken).await? {
+    let taken = write_take(&mut savepoint, grants, by_task, takers, None).await?;
+    let drawn: Vec<(Uuid, &RenderedDraw)> = taken
+        .iter()
+        .filter_map(|(_, r)| Some((r.instance.id, *draws_of.get(&r.instance.id)?)))
+        .flat_map(|(id, draws)| draws.iter().map(move |d| (id, d)))
+        .collect();
+    crate::store::limits::insert_units(&mut savepoint, &drawn).await?;
+    let pairs: Vec<(String, String)> = drawn
+        .iter()
+        .map(|(_, d)| (d.name.clone(), d.key.clone()))
+        .collect();
+    let budgets = crate::store::limits::read_budgets(&mut savepoint, &pairs, true).await?;
+    let fits = budgets
+        .list
+        .iter()
+        .all(|b| b.spec.rate.is_none() && b.refusal(0).is_none());
+    if fits {
         savepoint.commit().await?;
         return Ok(Some(taken));
     }
@@ -287,31 +295,11 @@ async fn take_then_check(
     Ok(None)
 }
 
-/// Whether the budgets the `taken` rows took units on (locked by this claim) are, read afresh,
-/// without a rate, not held and within their concurrency, the rows' units included.
-async fn fits_afresh(
-    conn: &mut PgConnection,
-    draws_of: &DrawsOf<'_>,
-    taken: &[(usize, ClaimedRow)],
-) -> Result<bool> {
-    let pairs: Vec<(String, String)> = taken
-        .iter()
-        .filter_map(|(_, r)| draws_of.get(&r.instance.id))
-        .flat_map(|draws| draws.iter().map(|d| (d.name.clone(), d.key.clone())))
-        .collect();
-    let budgets = crate::store::limits::read_budgets(conn, &pairs, false).await?;
-    Ok(budgets
-        .list
-        .iter()
-        .all(|b| b.spec.rate.is_none() && b.refusal(0).is_none()))
-}
-
 /// Step 3b, for granted rows that draw on shared limits: lock their budgets (in one order,
 /// waiting: admissions of a budget are serialised across replicas), read them afresh, and admit
 /// the rows in claim order while every budget they draw on has room ([`admit_all`]); the rest
-/// stay PENDING. The rate budgets' new arrival times are written here, and the admitted rows'
-/// units by the take that follows, in this transaction: they count from the commit that makes
-/// the rows RUNNING. Returns the
+/// stay PENDING. The admitted rows' units and the rate budgets' new arrival times are written in
+/// this transaction, so they count from the commit that makes the rows RUNNING. Returns the
 /// admitted grants, when limits were checked the instant the starts are recorded at (the
 /// instant the rates were tested at), and whether some grant was refused.
 async fn admit_within_limits<'a, 'c>(
@@ -328,6 +316,7 @@ async fn admit_within_limits<'a, 'c>(
         return Ok((grants, None, false));
     }
     let mut budgets = crate::store::limits::read_budgets(conn, &drawn, true).await?;
+    let mut units: Vec<(Uuid, &RenderedDraw)> = Vec::new();
     let mut touched: std::collections::BTreeSet<usize> = std::collections::BTreeSet::new();
     let mut admitted = Vec::with_capacity(grants.len());
     let mut refused = 0usize;
@@ -342,6 +331,7 @@ async fn admit_within_limits<'a, 'c>(
             continue;
         }
         touched.extend(idx.iter().map(|&(b, _)| b));
+        units.extend(draws.iter().map(|d| (g.id, d)));
         admitted.push(g);
     }
     if refused > 0 {
@@ -365,13 +355,13 @@ async fn admit_within_limits<'a, 'c>(
         })
         .collect();
     crate::store::limits::store_tats(conn, &tats).await?;
+    crate::store::limits::insert_units(conn, &units).await?;
     Ok((admitted, Some(budgets.now), refused > 0))
 }
 
 #[derive(sqlx::FromRow)]
 struct TakenRow {
     taker: i32,
-    over_limits: bool,
     #[sqlx(flatten)]
     row: ClaimedRow,
 }

@@ -11,8 +11,7 @@ with w as (
     group by 1
 )
 select l.name,
-    ((select coalesce(sum(s.taken), 0) from limit_state s where s.limit_name = l.name)
-     - (select coalesce(sum(r.units), 0) from limit_returns r where r.limit_name = l.name))::bigint
+    (select coalesce(sum(u.cost), 0) from limit_units u where u.limit_name = l.name)::bigint
         as in_use,
     coalesce(w.n, 0)::bigint as waiting
 from limits l

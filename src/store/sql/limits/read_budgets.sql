@@ -1,11 +1,9 @@
--- The budgets of some draws as they are now: the limit's spec, the units running on the budget
--- (taken by starts, less those returned), its rate's theoretical arrival time and hold, and the
--- instant they were read at.
+-- The budgets of some draws as they are now: the limit's spec, the units running on the budget,
+-- its rate's theoretical arrival time and hold, and the instant they were read at.
 -- $1 limit names, $2 rendered keys (one per draw; the key is '' for a limit without per_key).
 select d.name, d.key, l.spec,
-    coalesce(s.taken - (select coalesce(sum(r.units), 0) from limit_returns r
-                        where r.limit_name = s.limit_name and r.key = s.key), 0)::bigint
-        as running,
+    (select coalesce(sum(u.cost), 0) from limit_units u
+     where u.limit_name = d.name and u.key = e.key)::bigint as running,
     s.tat, s.held_until, clock_timestamp() as now
 from unnest($1::text[], $2::text[]) as d(name, key)
 join limits l on l.name = d.name

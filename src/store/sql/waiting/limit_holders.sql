@@ -1,8 +1,7 @@
--- The first five RUNNING instances (by id) holding units of one limit's key.
+-- The first five instances (by id) holding units of one limit's key.
 -- $1 limit name, $2 key.
-select id
-from task_instance
-where status = 'RUNNING'
-  and held_units @> jsonb_build_array(jsonb_build_object('name', $1::text, 'key', $2::text))
-order by id
+select instance_id
+from limit_units
+where limit_name = $1 and key = $2
+order by instance_id
 limit 5

@@ -16,11 +16,13 @@ with blocked as materialized (
           and (s.held_until > now()
                or (l.spec ? 'rate' and s.tat > now() + make_interval(secs =>
                    (l.spec->'rate'->>'burst')::float8 * (l.spec->'rate'->>'per_seconds')::float8
-                   / (l.spec->'rate'->>'count')::float8))
-               or (l.spec ? 'concurrency'
-                   and s.taken - (select coalesce(sum(r.units), 0) from limit_returns r
-                                  where r.limit_name = s.limit_name and r.key = s.key)
-                       >= (l.spec->>'concurrency')::bigint))
+                   / (l.spec->'rate'->>'count')::float8)))
+        union
+        select u.key
+        from limit_units u
+        where u.limit_name = l.name and l.spec ? 'concurrency'
+        group by u.key
+        having sum(u.cost) >= (l.spec->>'concurrency')::bigint
     ) b
 ), eligible as materialized (
     select t.id,
