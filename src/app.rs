@@ -408,9 +408,7 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
     };
     let loop_pool = store::connect(
         &cfg.database_url,
-        cfg.loop_connections()
-            - crate::config::LISTEN_CONNECTIONS
-            - crate::config::WATCH_CONNECTIONS,
+        cfg.loop_pool_connections(),
         &loop_settings,
         health.clone(),
     )

@@ -174,10 +174,14 @@ impl Config {
     /// Connections kept from the API: LISTEN's, the background loops' own pool, and the
     /// database watch's (the API cannot exhaust them).
     pub fn loop_connections(&self) -> u32 {
-        LISTEN_CONNECTIONS
-            + u32::try_from(self.trigger_parallelism).unwrap_or(u32::MAX)
-            + SHARED_LOOP_CONNECTIONS
-            + WATCH_CONNECTIONS
+        LISTEN_CONNECTIONS + self.loop_pool_connections() + WATCH_CONNECTIONS
+    }
+
+    /// Size of the background loops' own pool: the trigger's batches and the shared loops.
+    pub fn loop_pool_connections(&self) -> u32 {
+        u32::try_from(self.trigger_parallelism)
+            .unwrap_or(u32::MAX)
+            .saturating_add(SHARED_LOOP_CONNECTIONS)
     }
 
     /// Size of the API's pool: what `database_max_connections` leaves after the loops' pool.
