@@ -377,6 +377,24 @@ impl Running {
     }
 }
 
+/// A pool of `size` connections on `database_url`; `what` names it when it cannot connect.
+async fn connect_pool(
+    cfg: &Config,
+    what: &str,
+    size: u32,
+    settings: &DbSettings,
+    health: &DbHealth,
+) -> anyhow::Result<PgPool> {
+    store::connect(&cfg.database_url, size, settings, health.clone())
+        .await
+        .with_context(|| {
+            format!(
+                "connecting {what} (database_url of {})",
+                cfg.database_url.redacted()
+            )
+        })
+}
+
 /// `kairos serve`: connect, migrate (or, with `migrate = false`, check that nothing is
 /// missing), listen, run until SIGTERM/SIGINT, stop in order.
 pub async fn serve(cfg: Config) -> anyhow::Result<()> {
@@ -387,51 +405,36 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
     }
     let health = DbHealth::default();
     let settings = DbSettings::from(&cfg);
-    let pool = store::connect(
-        &cfg.database_url,
+    let pool = connect_pool(
+        &cfg,
+        "the API's pool",
         cfg.api_connections(),
         &settings,
-        health.clone(),
+        &health,
     )
-    .await
-    .with_context(|| {
-        format!(
-            "connecting the API's pool (database_url of {})",
-            cfg.database_url.redacted()
-        )
-    })?;
+    .await?;
     // The loops wait longer for a connection than a request should: a pass that waits is not
     // a caller that gives up.
     let loop_settings = DbSettings {
         acquire_timeout: Duration::from_secs(10),
         ..settings.clone()
     };
-    let loop_pool = store::connect(
-        &cfg.database_url,
+    let loop_pool = connect_pool(
+        &cfg,
+        "the background loops' pool",
         cfg.loop_pool_connections(),
         &loop_settings,
-        health.clone(),
+        &health,
     )
-    .await
-    .with_context(|| {
-        format!(
-            "connecting the background loops' pool (database_url of {})",
-            cfg.database_url.redacted()
-        )
-    })?;
-    let watch_pool = store::connect(
-        &cfg.database_url,
+    .await?;
+    let watch_pool = connect_pool(
+        &cfg,
+        "the database watch's pool",
         crate::config::WATCH_CONNECTIONS,
         &loop_settings,
-        health.clone(),
+        &health,
     )
-    .await
-    .with_context(|| {
-        format!(
-            "connecting the database watch's pool (database_url of {})",
-            cfg.database_url.redacted()
-        )
-    })?;
+    .await?;
     let listen_pool = store::listen_pool(cfg.listen_url(), &loop_settings, health.clone())
         .await
         .with_context(|| {
