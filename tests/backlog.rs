@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{TestApp, backlog, json};
+use common::{TestApp, backlog, early_in_a_second, json};
 use kairos::services::Heartbeats;
 use kairos::services::trigger_loop::{TriggerLoop, TriggerLoopConfig};
 use serde_json::json;
@@ -48,20 +48,21 @@ async fn overlap_replace_supersedes_a_whole_backlog_it_did_not_read(pool: PgPool
     .await;
     assert_eq!(s, 201);
     backlog(&pool, "r", "ra", 5_000, 3600, 3).await;
+    // Exactly one window due: the pass starts early in a second, in one batch (a second batch
+    // starting after the first's commit, past the next second, would write one more).
+    early_in_a_second(&pool).await;
     sqlx::query(
         "update task_cursor set next_fire_at = date_trunc('second', now()) where task_id = 'r'",
     )
     .execute(&pool)
     .await
     .expect("window due");
-    let report = TriggerLoop::new(
-        pool.clone(),
-        TriggerLoopConfig::new("n1"),
-        Heartbeats::default(),
-    )
-    .run_once()
-    .await
-    .expect("pass");
+    let mut cfg = TriggerLoopConfig::new("n1");
+    cfg.parallelism = 1;
+    let report = TriggerLoop::new(pool.clone(), cfg, Heartbeats::default())
+        .run_once()
+        .await
+        .expect("pass");
     assert_eq!(report.num_cancelled, 4_999, "{report:?}");
     let waiting: Vec<String> = sqlx::query_scalar(
         "select window_key from task_instance where task_id = 'r' \

@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{TestApp, eventually, json, windows};
+use common::{TestApp, early_in_a_second, eventually, json, windows};
 use kairos::services::Heartbeats;
 use kairos::services::retry_scanner::{RetryScanner, RetryScannerConfig};
 use kairos::services::trigger_loop::{TriggerLoop, TriggerLoopConfig};
@@ -23,12 +23,13 @@ fn key(at: chrono::DateTime<chrono::Utc>) -> String {
     kairos::domain::schedule::window_key(at)
 }
 
+/// A trigger loop of one batch: a pass reads each due task once. With several batches, one
+/// that starts after another's commit finds a task due again once the clock has passed its
+/// next window, and writes that window in the same pass.
 fn trigger(pool: &PgPool) -> TriggerLoop {
-    TriggerLoop::new(
-        pool.clone(),
-        TriggerLoopConfig::new("n1"),
-        Heartbeats::default(),
-    )
+    let mut cfg = TriggerLoopConfig::new("n1");
+    cfg.parallelism = 1;
+    TriggerLoop::new(pool.clone(), cfg, Heartbeats::default())
 }
 
 async fn claim(app: &TestApp, agent: &str, max: i64) -> Vec<Value> {
@@ -84,27 +85,6 @@ async fn rewind(pool: &PgPool, task: &str, secs: i64) {
     .expect("rewind");
 }
 
-/// Wait until the database clock is early in a second. Every-second windows are decided
-/// against that clock, and a pass that straddles a second boundary sees one window more (its
-/// parallel batches may even each see one): a step that must see an exact set of due windows
-/// starts here, with most of a second to spare.
-async fn early_in_a_second(pool: &PgPool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let frac: f64 = sqlx::query_scalar(
-            "select (extract(epoch from clock_timestamp()) % 1)::float8",
-        )
-        .fetch_one(pool)
-        .await
-        .expect("clock");
-        if frac < 0.4 {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "clock never early in a second");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[sqlx::test]
 async fn overlap_replace_cancels_the_running_instance_and_fences_its_lease(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
@@ -117,7 +97,11 @@ async fn overlap_replace_cancels_the_running_instance_and_fences_its_lease(pool:
     early_in_a_second(&pool).await;
     rewind(&pool, "r", 0).await;
     let first = trigger(&pool).run_once().await.expect("pass");
-    assert_eq!((first.num_created, first.num_cancelled), (1, 0), "{first:?}");
+    assert_eq!(
+        (first.num_created, first.num_cancelled),
+        (1, 0),
+        "{first:?}"
+    );
     let old = claim(&app, "ra", 1).await.remove(0);
 
     // Two newer windows come due in one pass while the old one still runs: the first of them

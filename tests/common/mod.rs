@@ -124,6 +124,29 @@ pub fn item_strings<'a>(page: &'a Value, key: &str) -> Vec<&'a str> {
         .unwrap_or_default()
 }
 
+/// Wait until the database clock is early in a second. Every-second windows are decided
+/// against that clock, and a pass that straddles a second boundary sees one window more (its
+/// parallel batches may even each see one): a step that must see an exact set of due windows
+/// starts here, with most of a second to spare.
+pub async fn early_in_a_second(pool: &PgPool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let frac: f64 =
+            sqlx::query_scalar("select (extract(epoch from clock_timestamp()) % 1)::float8")
+                .fetch_one(pool)
+                .await
+                .expect("clock");
+        if frac < 0.4 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "clock never early in a second"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Poll `check` until it returns `Some`, or panic after `deadline`.
 pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut check: F) -> T
 where
