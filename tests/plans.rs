@@ -401,3 +401,28 @@ async fn the_head_read_looks_for_full_budgets_among_the_agents_limited_tasks_onl
     let read = tuples_read(&plan, "tasks");
     assert!(read < 100.0, "the head read {read} task rows");
 }
+
+#[sqlx::test]
+async fn a_held_back_long_poll_reads_the_draws_of_its_agents_next_hundred_rows_only(pool: PgPool) {
+    // 30,005 PENDING rows of agent `plans`, 30,000 of them on a full budget.
+    backlog_on_a_full_budget(&pool).await;
+    let sql: String = include_str!("../src/store/sql/claim/waiting_draws.sql")
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("$1", "'plans'");
+    let (plan,): (Value,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "explain (analyze, format json) {sql}"
+    )))
+    .fetch_one(&pool)
+    .await
+    .expect("explain");
+    assert_eq!(
+        indexes_read(&plan),
+        ["task_instance_claim_priority_idx"],
+        "{plan:#}"
+    );
+    let read = tuples_read(&plan, "task_instance");
+    assert!(read <= 100.0, "read {read} rows of the backlog: {plan:#}");
+}

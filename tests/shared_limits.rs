@@ -560,6 +560,58 @@ async fn a_rate_of_five_per_two_seconds_with_burst_one_never_starts_more_than_si
 // ---------------------------------------------------------------------------------------------
 // 3. per_key.
 
+/// A long poll kept back by a rate alone looks again when the rate admits the next start, not
+/// on its relook timer (which grows to a second): one worker long-polling a backlog on a rate of
+/// one start per 2.33 s starts each instance within moments of the instant the rate allows it.
+/// On the relook timer alone the starts drift behind by up to a second each, and with 2.33 s
+/// between them some start at least two thirds of a second late.
+#[sqlx::test]
+async fn a_long_poll_kept_back_by_a_rate_starts_when_the_rate_admits_it(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    limit_ok(
+        &app,
+        "paced",
+        json!({"rate": {"count": 3, "per_seconds": 7}}),
+    )
+    .await;
+    task_ok(
+        &app,
+        "report",
+        manual_body(
+            "pa",
+            json!({"concurrency_limit": 100, "limits": [{"name": "paced"}]}),
+        ),
+    )
+    .await;
+    backlog_drawing(&pool, "report", "pa", 4, 60).await;
+    for _ in 0..4 {
+        let got = claim(&app, "pa", "w", 1, json!({"wait_seconds": 10})).await;
+        assert_eq!(got.len(), 1, "a start within the long poll");
+        assert_eq!(complete(&app, &got[0]).await.0, 200);
+    }
+    let starts: Vec<i64> = sqlx::query_scalar(
+        "select (extract(epoch from started_at) * 1e6)::bigint from task_instance \
+         where task_id = 'report' order by started_at",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("starts");
+    assert_eq!(starts.len(), 4);
+    let interval = 7_000_000 / 3;
+    for pair in starts.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap >= interval - 1,
+            "the rate allows one start per 2.33 s: {starts:?}"
+        );
+        assert!(
+            gap < interval + 350_000,
+            "a start came {} ms after the rate allowed it: {starts:?}",
+            (gap - interval) / 1000
+        );
+    }
+}
+
 #[sqlx::test]
 async fn per_key_budgets_are_separate_so_one_tenant_waits_while_the_others_run(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;

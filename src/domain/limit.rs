@@ -488,6 +488,53 @@ pub fn admit_all(budgets: &mut [Budget], draws: &[(usize, i64)]) -> bool {
     fits
 }
 
+/// What keeps a start from its budgets now, as a waiting claim needs to know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Nothing: it fits now.
+    Nothing,
+    /// Concurrency units in use: they come back when a run ends, at no instant known now.
+    Units,
+    /// A hold or a rate alone, until this instant (microseconds): the later of the ends.
+    Until(i64),
+}
+
+impl Budget {
+    /// What keeps a start of `cost` units from this budget now ([`Wait`]).
+    pub fn wait(&self, cost: i64) -> Wait {
+        if let Some(c) = self.spec.concurrency
+            && self.running + cost > c
+        {
+            return Wait::Units;
+        }
+        let held = self.held_until.filter(|h| *h > self.now);
+        let rate = self
+            .spec
+            .rate
+            .filter(|r| !r.admits(self.tat, self.now, cost))
+            .map(|r| r.next_start(self.tat, self.now, cost));
+        match held.into_iter().chain(rate).max() {
+            Some(at) => Wait::Until(at),
+            None => Wait::Nothing,
+        }
+    }
+}
+
+/// What keeps a start drawing `cost` on each of `budgets` (found by index): units on any of
+/// them, else the latest instant a hold or a rate ends on any, else nothing.
+pub fn wait_all(budgets: &[Budget], draws: &[(usize, i64)]) -> Wait {
+    let mut out = Wait::Nothing;
+    for &(b, cost) in draws {
+        match (budgets.get(b).map(|x| x.wait(cost)), out) {
+            (Some(Wait::Units), _) => return Wait::Units,
+            (Some(Wait::Until(at)), Wait::Until(was)) => out = Wait::Until(at.max(was)),
+            (Some(Wait::Until(at)), _) => out = Wait::Until(at),
+            _ => {}
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -649,5 +696,50 @@ mod tests {
             vec!["execution.limits[1].name", "execution.limits[2].cost"]
         );
         assert_eq!(d.len(), 2);
+    }
+
+    fn budget(spec: LimitSpec, running: i64, tat: Option<i64>, held: Option<i64>) -> Budget {
+        Budget {
+            spec,
+            running,
+            tat,
+            held_until: held,
+            now: 10 * S,
+        }
+    }
+
+    #[test]
+    fn a_wait_names_units_before_time_and_the_later_of_a_hold_and_the_rate() {
+        let both = LimitSpec {
+            concurrency: Some(2),
+            rate: Some(rate(1, 1, 0)),
+            per_key: false,
+        };
+        // Room and no rate debt: nothing keeps it.
+        assert_eq!(budget(both.clone(), 1, None, None).wait(1), Wait::Nothing);
+        // Full: units, whatever the hold says.
+        assert_eq!(
+            budget(both.clone(), 2, None, Some(20 * S)).wait(1),
+            Wait::Units
+        );
+        // Held until 20 s, the rate's next start at 12 s: the hold ends later.
+        assert_eq!(
+            budget(both.clone(), 0, Some(12 * S), Some(20 * S)).wait(1),
+            Wait::Until(20 * S)
+        );
+        // A hold already over does not count; the rate does.
+        assert_eq!(
+            budget(both.clone(), 0, Some(12 * S), Some(5 * S)).wait(1),
+            Wait::Until(12 * S)
+        );
+        // Across budgets: units anywhere win, else the latest end.
+        let list = [
+            budget(both.clone(), 0, Some(12 * S), None),
+            budget(both.clone(), 0, None, Some(15 * S)),
+            budget(both.clone(), 2, None, None),
+        ];
+        assert_eq!(wait_all(&list, &[(0, 1), (1, 1)]), Wait::Until(15 * S));
+        assert_eq!(wait_all(&list, &[(0, 1), (2, 1)]), Wait::Units);
+        assert_eq!(wait_all(&list, &[]), Wait::Nothing);
     }
 }

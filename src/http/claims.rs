@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Extension, State};
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
@@ -19,6 +20,7 @@ use crate::domain::task::valid_name;
 use crate::domain::text::plain_text;
 use crate::problem::ApiError;
 use crate::route_table::RouteTable;
+use crate::services::work_signal::NextWork;
 use crate::state::AppState;
 use crate::store::claim::{self as store_claim, ClaimRequest, Claimed};
 use crate::store::claim_answers::MAX_CLAIM_ID_CHARS;
@@ -47,6 +49,9 @@ pub const MAX_INSTANCES_PER_CLAIM: i64 = 100;
 /// While work exists that cannot be claimed yet (paused task, concurrency limit), look again at
 /// least this often even without a notification.
 const FALLBACK_POLL: Duration = Duration::from_secs(1);
+/// A long poll kept back by a hold or a rate looks again this long after the instant it ends
+/// (as the database's clock was read against this process's), so that it looks after it.
+const BUDGET_FREE_MARGIN: Duration = Duration::from_millis(2);
 /// When a claim came back empty although work is available now (other claimers held it, or
 /// won the last permits), look again within this, doubling up to [`FALLBACK_POLL`]: in a burst
 /// the rows others hold are mostly taken within milliseconds, and what they leave is due now.
@@ -176,26 +181,47 @@ async fn claim(
             }
         }
         // Sleep until the earliest of: the deadline, the next delayed window of this agent,
-        // the next relook on the agent's grid; or a wake-up for this agent; or shutdown.
+        // the next relook on the agent's grid, the end of a hold or a rate's next start that
+        // alone keeps its work back; or a wake-up for this agent; or shutdown.
         let next = waiter
             .next_available(|| async {
                 let asked = Instant::now();
+                let local = |at: DateTime<Utc>, db_now: DateTime<Utc>| {
+                    asked + (at - db_now).to_std().unwrap_or(Duration::ZERO)
+                };
                 let (next, db_now) =
                     store_claim::next_available_at(&state.pool, &req.agent_id).await?;
-                Ok::<_, ApiError>(
-                    next.map(|n| asked + (n - db_now).to_std().unwrap_or(Duration::ZERO)),
-                )
+                // Only work claimable now can be kept back by its budgets.
+                let budgets_free = match next {
+                    Some(n) if n <= db_now => {
+                        store_claim::budgets_free_at(&state.pool, &req.agent_id)
+                            .await?
+                            .map(|(at, db_now)| local(at, db_now) + BUDGET_FREE_MARGIN)
+                    }
+                    _ => None,
+                };
+                Ok::<_, ApiError>(NextWork {
+                    available: next.map(|n| local(n, db_now)),
+                    budgets_free,
+                })
             })
             .await?;
         let now = Instant::now();
         let mut until = deadline;
-        if let Some(next) = next {
-            let at = if next <= now {
-                let at = waiter.relook_at(now, relook);
+        if let Some(available) = next.available {
+            let at = if available <= now {
+                let grid = waiter.relook_at(now, relook);
                 relook = (relook * 2).min(FALLBACK_POLL);
-                at
+                match next.budgets_free.filter(|free| *free > now && *free < grid) {
+                    Some(free) => {
+                        // Look again at once after it, and quickly while it has not yet shown.
+                        relook = FIRST_RELOOK;
+                        free
+                    }
+                    None => grid,
+                }
             } else {
-                next
+                available
             };
             until = until.min(at);
         }

@@ -70,7 +70,17 @@ struct SharedLook {
 struct Look {
     generation: u64,
     at: Instant,
-    next: Option<Instant>,
+    next: NextWork,
+}
+
+/// When an agent's waiting work may next be claimed, as its waiters share it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NextWork {
+    /// When its earliest PENDING instance becomes claimable (`None`: it has none; an instant
+    /// already past: now).
+    pub available: Option<Instant>,
+    /// When a hold or a rate that alone keeps back one of its claimable instances ends.
+    pub budgets_free: Option<Instant>,
 }
 
 type Agents = Arc<Mutex<HashMap<String, AgentWaiters>>>;
@@ -104,15 +114,14 @@ impl Waiter {
         self.notify.notify_one();
     }
 
-    /// When the agent's earliest PENDING instance becomes claimable (`None`: it has none;
-    /// an instant already past: now). `read` asks the database; its answer is shared with
+    /// When the agent's waiting work may next be claimed ([`NextWork`]). `read` asks the database; its answer is shared with
     /// every waiter of the agent that asks while it runs or within [`SHARED_LOOK_TTL`] after,
     /// unless a notification names the agent meanwhile. Counted in
     /// `kairos_claim_next_available_total{source}` (`database` or `shared`).
-    pub async fn next_available<E, F, Fut>(&self, read: F) -> Result<Option<Instant>, E>
+    pub async fn next_available<E, F, Fut>(&self, read: F) -> Result<NextWork, E>
     where
         F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<Option<Instant>, E>>,
+        Fut: Future<Output = Result<NextWork, E>>,
     {
         let mut last = self.look.last.lock().await;
         // Read after taking the lock: a notification while another waiter read is seen here.

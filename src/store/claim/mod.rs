@@ -42,7 +42,7 @@ use super::instances::InstanceRow;
 use super::statements::sql;
 use crate::domain::claim::{Candidate, Pick, fair_pick, fair_pick_with};
 use crate::domain::instance::Instance;
-use crate::domain::limit::{RenderedDraw, admit_all};
+use crate::domain::limit::{RenderedDraw, Wait, admit_all, wait_all};
 use crate::domain::trace::WindowTrace;
 
 mod pick;
@@ -486,6 +486,37 @@ pub async fn next_available_at(
         .fetch_one(pool)
         .await
         .map_err(crate::store::Error::from)
+}
+
+/// When the first of an agent's next waiting rows that a hold or a rate alone keeps back may
+/// start (the hold ends, the rate admits it), with the database's now at the read; `None` when
+/// none of its next 100 available rows is kept back by time alone (no limits, room, or units in
+/// use, which come back when a run ends). A held-back long poll looks again no later than this.
+pub async fn budgets_free_at(
+    pool: &PgPool,
+    agent_id: &str,
+) -> Result<Option<(DateTime<Utc>, DateTime<Utc>)>> {
+    let rows: Vec<Json<Vec<RenderedDraw>>> = sqlx::query_scalar(sql!("claim/waiting_draws"))
+        .bind(agent_id)
+        .fetch_all(pool)
+        .await?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let pairs: Vec<(String, String)> = rows
+        .iter()
+        .flat_map(|r| r.0.iter().map(|d| (d.name.clone(), d.key.clone())))
+        .collect();
+    let mut conn = pool.acquire().await?;
+    let budgets = super::limits::read_budgets(&mut conn, &pairs, false).await?;
+    let first = rows
+        .iter()
+        .filter_map(|r| match wait_all(&budgets.list, &budgets.indexes(&r.0)) {
+            Wait::Until(at) => Some(at),
+            Wait::Nothing | Wait::Units => None,
+        })
+        .min();
+    Ok(first.map(|at| (crate::domain::limit::instant(at), budgets.now)))
 }
 
 /// The agents with unpaused webhook tasks: the only agents whose work the webhook dispatcher
