@@ -426,3 +426,53 @@ async fn a_held_back_long_poll_reads_the_draws_of_its_agents_next_hundred_rows_o
     let read = tuples_read(&plan, "task_instance");
     assert!(read <= 100.0, "read {read} rows of the backlog: {plan:#}");
 }
+
+#[sqlx::test]
+async fn the_webhook_dispatchers_look_for_kept_back_work_reads_only_tasks_drawing_on_limits(
+    pool: PgPool,
+) {
+    // 2,000 webhook tasks, 3 of them drawing on a limit with 20 waiting rows each; one of the
+    // others has 20,000.
+    for stmt in [
+        "insert into limits (name, spec) values ('paced', '{\"rate\": {\"count\": 1, \
+             \"per_seconds\": 60, \"burst\": 0}, \"per_key\": false}')",
+        "insert into tasks (id, agent_id, spec, trigger_type, dispatch_mode) \
+             select 'w' || g, 'hooks', '{\"execution\": {\"limits\": []}}', 'manual', 'webhook' \
+             from generate_series(1, 2000) g",
+        "update tasks set spec = '{\"execution\": {\"limits\": [{\"name\": \"paced\"}]}}' \
+             where id in ('w1', 'w2', 'w3')",
+    ] {
+        sqlx::query(stmt).execute(&pool).await.expect("tasks");
+    }
+    for id in ["w1", "w2", "w3"] {
+        backlog(&pool, id, "hooks", 20, 60, 1).await;
+    }
+    backlog(&pool, "w4", "hooks", 20_000, 60, 1).await;
+    for stmt in [
+        "update task_instance set limit_draws = \
+             '[{\"name\": \"paced\", \"key\": \"\", \"cost\": 1}]' where task_id <> 'w4'",
+        "analyze tasks",
+        "analyze task_instance",
+    ] {
+        sqlx::query(stmt).execute(&pool).await.expect("draws");
+    }
+    let sql: String = include_str!("../src/store/sql/claim/waiting_draws_webhook.sql")
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let (plan,): (Value,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "explain (analyze, format json) {sql}"
+    )))
+    .fetch_one(&pool)
+    .await
+    .expect("explain");
+    assert!(
+        indexes_read(&plan).contains(&"tasks_agent_limited_idx"),
+        "{plan:#}"
+    );
+    let tasks = tuples_read(&plan, "tasks");
+    assert!(tasks <= 3.0, "read {tasks} task rows: {plan:#}");
+    let rows = tuples_read(&plan, "task_instance");
+    assert!(rows <= 30.0, "read {rows} waiting rows: {plan:#}");
+}

@@ -1214,6 +1214,77 @@ async fn webhook_pushes_obey_a_shared_concurrency_of_two(pool: PgPool) {
     app.shutdown().await;
 }
 
+/// The webhook dispatcher, like a long poll, passes again when a rate that alone keeps its work
+/// back admits the next start, not at its interval (1 s): pushes on a rate of one start per
+/// 2.33 s start within moments of the rate's instants. At the interval alone they came 0.67 s
+/// and more late (a pass right after each push's answer, then one a second).
+#[sqlx::test]
+async fn webhook_pushes_kept_back_by_a_rate_start_when_the_rate_admits_them(pool: PgPool) {
+    let hook = Arc::new(SlowHook::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind receiver");
+    let addr = listener.local_addr().expect("receiver addr");
+    let router = axum::Router::new()
+        .fallback(slow_hook)
+        .with_state(hook.clone());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+
+    let mut opts = Options::api_only("hooks");
+    opts.webhook = Some(WebhookDispatcherConfig::new("hooks", ""));
+    let app = TestApp::spawn_opts(pool.clone(), opts).await;
+    limit_ok(
+        &app,
+        "paced",
+        json!({"rate": {"count": 3, "per_seconds": 7}}),
+    )
+    .await;
+    task_ok(
+        &app,
+        "pushed",
+        json!({"agent_id": "hooks", "trigger": {"type": "manual"},
+               "execution": {"concurrency_limit": 100, "limits": [{"name": "paced"}]},
+               "dispatch": {"mode": "webhook", "url": format!("http://{addr}/hook"),
+                            "secret": "push-secret-123"}}),
+    )
+    .await;
+    trigger(&app, "pushed", 4, json!({})).await;
+    eventually(Duration::from_secs(30), "every push to succeed", || {
+        let pool = pool.clone();
+        async move {
+            let n: i64 = sqlx::query_scalar(
+                "select count(*) from task_instance where task_id = 'pushed' and status = 'SUCCESS'",
+            )
+            .fetch_one(&pool)
+            .await
+            .ok()?;
+            (n == 4).then_some(())
+        }
+    })
+    .await;
+    let starts: Vec<i64> = sqlx::query_scalar(
+        "select (extract(epoch from started_at) * 1e6)::bigint from task_instance \
+         where task_id = 'pushed' order by started_at",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("starts");
+    let interval = 7_000_000 / 3;
+    for pair in starts.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap >= interval - 1,
+            "the rate allows one start per 2.33 s: {starts:?}"
+        );
+        assert!(
+            gap < interval + 350_000,
+            "a push started {} ms after the rate allowed it: {starts:?}",
+            (gap - interval) / 1000
+        );
+    }
+    app.shutdown().await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // 9. Every exit from RUNNING gives the units back.
 

@@ -17,6 +17,9 @@ use crate::services::work_signal::{WAKE_ALL, WorkSignal};
 use crate::services::{error_backoff, error_chain};
 use crate::store::{self, claim, parse_work_payload};
 
+/// A pass for work kept back by a hold or a rate comes this long after the instant it ends.
+const FREE_MARGIN: Duration = Duration::from_millis(2);
+
 impl WebhookDispatcher {
     /// Run until `shutdown`: claim as many instances as there are free slots, push each in its
     /// own task, and wait until a claim may find webhook work (`Self::wait_for_work`). On
@@ -49,6 +52,7 @@ impl WebhookDispatcher {
                         errors = 0;
                         self.heartbeats.tick(LOOP_NAME, self.config.interval);
                         let full = claimed.len() >= free;
+                        let none = claimed.is_empty();
                         for c in claimed {
                             let Ok(permit) = slots.clone().try_acquire_owned() else {
                                 break;
@@ -64,6 +68,11 @@ impl WebhookDispatcher {
                         }
                         if full {
                             continue;
+                        }
+                        // Nothing to push: perhaps work that a hold or a rate alone keeps
+                        // back; if so, pass again when that ends.
+                        if none && let Some(free_in) = self.until_budgets_free().await {
+                            wait = wait.min(free_in);
                         }
                     }
                     Err(e) => {
@@ -93,6 +102,24 @@ impl WebhookDispatcher {
             );
         }
         tracing::info!("webhook dispatcher stopped");
+    }
+
+    /// How long until a hold or a rate that alone keeps webhook work back ends (and a moment
+    /// more, to look after it), so the next pass comes then if that is sooner than the interval.
+    /// `None` when no such end is known or the read failed (the interval covers it).
+    async fn until_budgets_free(&self) -> Option<Duration> {
+        match crate::services::bounded_pass(LOOP_NAME, claim::webhook_budgets_free_at(&self.pool))
+            .await
+        {
+            Ok(Some((at, now))) => {
+                Some((at - now).to_std().unwrap_or(Duration::ZERO) + FREE_MARGIN)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "could not read when webhook work kept back by a hold or a rate may start; next pass at the interval");
+                None
+            }
+        }
     }
 
     /// Wait until a claim may find webhook work, and say so (`false`: shutdown). A claim is due

@@ -500,6 +500,27 @@ pub async fn budgets_free_at(
         .bind(agent_id)
         .fetch_all(pool)
         .await?;
+    first_free_at(pool, &rows).await
+}
+
+/// [`budgets_free_at`] for the webhook dispatcher: the next waiting rows of webhook tasks that
+/// draw on limits (each one's first 10, of at most 100 such tasks).
+pub async fn webhook_budgets_free_at(
+    pool: &PgPool,
+) -> Result<Option<(DateTime<Utc>, DateTime<Utc>)>> {
+    let rows: Vec<Json<Vec<RenderedDraw>>> =
+        sqlx::query_scalar(sql!("claim/waiting_draws_webhook"))
+            .fetch_all(pool)
+            .await?;
+    first_free_at(pool, &rows).await
+}
+
+/// The earliest instant one of `rows` (their draws) stops being kept back by time alone, as
+/// their budgets are read now, and the database's now.
+async fn first_free_at(
+    pool: &PgPool,
+    rows: &[Json<Vec<RenderedDraw>>],
+) -> Result<Option<(DateTime<Utc>, DateTime<Utc>)>> {
     if rows.is_empty() {
         return Ok(None);
     }
