@@ -432,7 +432,7 @@ async fn the_webhook_dispatchers_look_for_kept_back_work_reads_only_tasks_drawin
     pool: PgPool,
 ) {
     // 2,000 webhook tasks, 3 of them drawing on a limit with 20 waiting rows each; one of the
-    // others has 20,000.
+    // others has 20,000. And 2,000 poll tasks drawing on the limit, which it must not read.
     for stmt in [
         "insert into limits (name, spec) values ('paced', '{\"rate\": {\"count\": 1, \
              \"per_seconds\": 60, \"burst\": 0}, \"per_key\": false}')",
@@ -441,6 +441,9 @@ async fn the_webhook_dispatchers_look_for_kept_back_work_reads_only_tasks_drawin
              from generate_series(1, 2000) g",
         "update tasks set spec = '{\"execution\": {\"limits\": [{\"name\": \"paced\"}]}}' \
              where id in ('w1', 'w2', 'w3')",
+        "insert into tasks (id, agent_id, spec, trigger_type) \
+             select 'p' || g, 'polls', '{\"execution\": {\"limits\": [{\"name\": \"paced\"}]}}', \
+                 'manual' from generate_series(1, 2000) g",
     ] {
         sqlx::query(stmt).execute(&pool).await.expect("tasks");
     }
@@ -468,7 +471,7 @@ async fn the_webhook_dispatchers_look_for_kept_back_work_reads_only_tasks_drawin
     .await
     .expect("explain");
     assert!(
-        indexes_read(&plan).contains(&"tasks_agent_limited_idx"),
+        indexes_read(&plan).contains(&"tasks_webhook_limited_idx"),
         "{plan:#}"
     );
     let tasks = tuples_read(&plan, "tasks");

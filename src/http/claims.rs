@@ -192,11 +192,17 @@ async fn claim(
                 let (next, db_now) =
                     store_claim::next_available_at(&state.pool, &req.agent_id).await?;
                 // Only work claimable now can be kept back by its budgets.
+                // A failed read leaves the relook timer to find it.
                 let budgets_free = match next {
                     Some(n) if n <= db_now => {
-                        store_claim::budgets_free_at(&state.pool, &req.agent_id)
-                            .await?
-                            .map(|(at, db_now)| local(at, db_now) + BUDGET_FREE_MARGIN)
+                        match store_claim::budgets_free_at(&state.pool, &req.agent_id).await {
+                            Ok(free) => free
+                                .map(|(at, db_now)| local(at, db_now) + BUDGET_FREE_MARGIN),
+                            Err(e) => {
+                                tracing::warn!(agent_id = %req.agent_id, error = %crate::telemetry::error_chain(&e), "could not read when a hold or a rate keeping the agent's work back ends; looking again on the relook timer");
+                                None
+                            }
+                        }
                     }
                     _ => None,
                 };

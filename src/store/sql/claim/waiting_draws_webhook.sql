@@ -1,12 +1,12 @@
 -- The budgets the next waiting rows of webhook tasks draw on: of at most 100 unpaused webhook
--- tasks that draw on limits (found among the tasks drawing on limits, tasks_agent_limited_idx),
--- the draws of each one's first 10 PENDING rows whose available_at has come, in claim order.
+-- tasks that draw on limits (tasks_webhook_limited_idx), the draws of each one's first 10
+-- PENDING rows whose available_at has come, in claim order.
 select w.limit_draws
 from (
     select t.id
     from tasks t
-    where t.spec->'execution'->'limits' <> '[]'::jsonb
-      and t.dispatch_mode = 'webhook' and not t.paused
+    where t.dispatch_mode = 'webhook' and not t.paused
+      and t.spec->'execution'->'limits' <> '[]'::jsonb
     limit 100
 ) t
 cross join lateral (
