@@ -371,7 +371,9 @@ export interface paths {
          *     no database connection) and answers as soon as it takes at least one instance: it is woken
          *     by new work for its agent (a window becoming due, a retry, an operator retry, a finished
          *     run freeing a concurrency slot), by the next `available_at` of its agent's delayed work,
-         *     or by a poll at least every second while work exists that cannot be taken yet. After
+         *     by the end of a hold or the next start a rate allows when one of those alone keeps its
+         *     agent's work back, or by a poll at least every second while work exists that cannot be
+         *     taken yet. After
          *     `wait_seconds` without work, or at once when the server shuts down, it answers `200` with
          *     `{"instances": []}`. Waiters of one agent do not wake as a herd: new work wakes the
          *     longest-waiting one, and a waiter whose claim came back full wakes the next.
