@@ -402,22 +402,36 @@ async fn the_head_read_looks_for_full_budgets_among_the_agents_limited_tasks_onl
     assert!(read < 100.0, "the head read {read} task rows");
 }
 
+/// EXPLAIN ANALYZE's plan of a statement outside any transaction (as a pool runs it), its
+/// parameters `$1…` written in as `params`.
+async fn explain_plain(pool: &PgPool, sql: &str, params: &[&str]) -> Value {
+    let mut sql: String = sql
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    for (n, p) in params.iter().enumerate().rev() {
+        sql = sql.replace(&format!("${}", n + 1), p);
+    }
+    let (plan,): (Value,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "explain (analyze, format json) {sql}"
+    )))
+    .fetch_one(pool)
+    .await
+    .expect("explain");
+    plan
+}
+
 #[sqlx::test]
 async fn a_held_back_long_poll_reads_the_draws_of_its_agents_next_hundred_rows_only(pool: PgPool) {
     // 30,005 PENDING rows of agent `plans`, 30,000 of them on a full budget.
     backlog_on_a_full_budget(&pool).await;
-    let sql: String = include_str!("../src/store/sql/claim/waiting_draws.sql")
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("--"))
-        .collect::<Vec<_>>()
-        .join("\n")
-        .replace("$1", "'plans'");
-    let (plan,): (Value,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "explain (analyze, format json) {sql}"
-    )))
-    .fetch_one(&pool)
-    .await
-    .expect("explain");
+    let plan = explain_plain(
+        &pool,
+        include_str!("../src/store/sql/claim/waiting_draws.sql"),
+        &["'plans'"],
+    )
+    .await;
     assert_eq!(
         indexes_read(&plan),
         ["task_instance_claim_priority_idx"],
@@ -459,17 +473,12 @@ async fn the_webhook_dispatchers_look_for_kept_back_work_reads_only_tasks_drawin
     ] {
         sqlx::query(stmt).execute(&pool).await.expect("draws");
     }
-    let sql: String = include_str!("../src/store/sql/claim/waiting_draws_webhook.sql")
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("--"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let (plan,): (Value,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "explain (analyze, format json) {sql}"
-    )))
-    .fetch_one(&pool)
-    .await
-    .expect("explain");
+    let plan = explain_plain(
+        &pool,
+        include_str!("../src/store/sql/claim/waiting_draws_webhook.sql"),
+        &[],
+    )
+    .await;
     assert!(
         indexes_read(&plan).contains(&"tasks_webhook_limited_idx"),
         "{plan:#}"
