@@ -34,6 +34,8 @@ The rules it keeps:
   seconds (their results are still reported), then give the rest up: each is failed with
   ``retryable: true, retry_at_once: true`` so another worker can take it at once instead of
   waiting for its lease to expire or the task's backoff. A second signal ends the grace at once.
+  The outcomes held are then reported for up to ``REPORT_TIMEOUT``; ending the claim in flight,
+  the background tasks and closing the connections get ``CLOSE_TIMEOUT`` each.
 """
 
 from __future__ import annotations
@@ -90,6 +92,9 @@ MIN_THROTTLE_SECONDS = 1
 MAX_THROTTLE_SECONDS = 86400
 #: How long the worker keeps trying to report the outcomes it holds once shutdown is under way.
 REPORT_TIMEOUT = 10.0
+#: How long each last step of a shutdown (ending the claim in flight and the background tasks,
+#: closing the connections) may take before the worker goes on without it.
+CLOSE_TIMEOUT = 5.0
 #: How long a claim waits for more handlers to finish once one has (seconds).
 CLAIM_GATHER_SECONDS = 0.005
 #: Batch completions sent at once.
@@ -454,7 +459,7 @@ class Worker:
         try:
             await self._stopping.wait()
             claimer.cancel()
-            await asyncio.gather(claimer, return_exceptions=True)
+            await self._within(asyncio.gather(claimer, return_exceptions=True), "the claim in flight")
             await self._drain()
         finally:
             claimer.cancel()
@@ -462,17 +467,28 @@ class Worker:
                 t.cancel()
             for f in [*self._reports, *self._beats]:
                 f.cancel()
-            await asyncio.gather(*background, *self._reports, *self._beats, return_exceptions=True)
+            await self._within(asyncio.gather(*background, *self._reports, *self._beats, return_exceptions=True),
+                               "the background tasks")
             self._remove_signals(loop, signals)
             if self._pool is not None:
                 self._pool.shutdown()
-            await self._client.aclose()
+            await self._within(self._client.aclose(), "closing the connections")
             with self._lock:
                 self._loop = None
         log.info("worker %s stopped: %s", self.worker_id, self.stats)
         if self._fatal is not None:
             raise self._fatal
         return self.stats
+
+    async def _within(self, step: Awaitable[Any], what: str) -> None:
+        """Await one step of the shutdown for at most ``CLOSE_TIMEOUT``, then go on without it
+        (cancelled): a connection that never closes must not keep the worker from stopping."""
+        task = asyncio.ensure_future(step)
+        done, _ = await asyncio.wait({task}, timeout=CLOSE_TIMEOUT)
+        if not done:
+            log.warning("worker %s: %s did not end within %.0fs of the shutdown; going on without it",
+                        self.worker_id, what, CLOSE_TIMEOUT)
+            task.cancel()
 
     def _request_stop(self, why: str) -> None:
         if self._stopping.is_set():

@@ -443,6 +443,37 @@ def test_shutdown_gives_up_handlers_past_the_grace_as_retryable_failures(kairos:
         assert c.get_instance(inst_id).result == "done on attempt 2"
 
 
+class NeverCloses(httpx.AsyncBaseTransport):
+    """Passes every request on to kairos, but closing it never ends (as a connection pool stuck
+    on a connection the network cut)."""
+
+    def __init__(self) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self.close_started = False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        self.close_started = True
+        await self._inner.aclose()
+        await asyncio.Event().wait()
+
+
+def test_a_worker_stops_although_closing_its_connections_never_ends(kairos: Kairos) -> None:
+    _task(kairos, "never_closes", "nc_agent")
+    backlog(kairos, "never_closes", "nc_agent", 3)
+    transport = NeverCloses()
+    w = _worker(kairos, "nc_agent", "ncw", transport=transport)
+    with RunningWorker(w, lambda instance: "ok") as running:
+        eventually(lambda: kairos.statuses() == {"SUCCESS": 3}, "all 3 SUCCESS", timeout=30)
+        started = time.monotonic()
+        stats = running.stop(timeout=20)
+        assert time.monotonic() - started < 15
+    assert transport.close_started
+    assert stats.succeeded == 3
+
+
 def test_sigterm_stops_claiming_and_lets_running_handlers_finish(kairos: Kairos, tmp_path: Path) -> None:
     _task(kairos, "graceful", "sig_agent")
     with kairos.client() as c:
