@@ -1022,6 +1022,64 @@ async fn a_limit_bound_backlog_never_hides_another_tasks_newer_work(pool: PgPool
 // 7. Bad input.
 
 #[sqlx::test]
+async fn limits_are_listed_by_name_a_page_at_a_time(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    for name in ["gamma", "alpha", "delta", "beta", "epsilon"] {
+        limit_ok(&app, name, json!({"concurrency": 2})).await;
+    }
+    let page = |q: String| {
+        let app = &app;
+        async move { json(app.get(&format!("/v1/limits{q}")).await).await }
+    };
+    let names = |v: &Value| -> Vec<String> {
+        v["items"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|l| l["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // Page after page of two: every limit once, in name order, each with its usage.
+    let mut seen = Vec::new();
+    let mut query = "?limit=2".to_owned();
+    for _ in 0..5 {
+        let (status, body) = page(query.clone()).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(names(&body).len() <= 2, "{body}");
+        assert!(
+            body["items"]
+                .as_array()
+                .is_some_and(|a| a.iter().all(|l| l["running"] == 0)),
+            "{body}"
+        );
+        seen.extend(names(&body));
+        match body["next_cursor"].as_str() {
+            Some(c) => query = format!("?limit=2&cursor={c}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["alpha", "beta", "delta", "epsilon", "gamma"]);
+    // Without `limit`, the first page of 100: all five, and no next page.
+    let (status, body) = page(String::new()).await;
+    assert_eq!((status, names(&body).len()), (200, 5), "{body}");
+    assert!(body["next_cursor"].is_null(), "{body}");
+    // Out of bounds, unknown or forged: 422 naming the parameter.
+    for (q, field) in [
+        ("?limit=0", "limit"),
+        ("?limit=501", "limit"),
+        ("?limit=ten", "limit"),
+        ("?cursor=zz", "cursor"),
+        ("?page=2", "page"),
+    ] {
+        let (status, body) = page(q.to_owned()).await;
+        assert_eq!(status, 422, "{q}: {body}");
+        assert_eq!(body["errors"][0]["field"], field, "{q}: {body}");
+    }
+}
+
+#[sqlx::test]
 async fn bad_limits_and_draws_are_refused_naming_the_field_and_in_use_limits_are_protected(
     pool: PgPool,
 ) {

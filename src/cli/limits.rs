@@ -48,7 +48,9 @@ pub(super) fn limit_path(name: &str) -> String {
 pub(super) async fn run(client: &Client, out: Output, cmd: LimitCommand) -> Result<(), Error> {
     match cmd {
         LimitCommand::List => {
-            let page = client.get("/v1/limits", &[]).await?;
+            let page = client
+                .get_all("/v1/limits", &[("limit", "500".to_owned())])
+                .await?;
             if out == Output::Json {
                 print_json(&page);
             } else {

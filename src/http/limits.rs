@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::extract::{JsonBody, body_object, int_field, string_field};
+use super::extract::{JsonBody, QueryParams, body_object, int_field, page_limit, string_field};
 use crate::domain::limit::{MAX_HOLD_SECONDS, MAX_KEY_LEN, Rate, micros, parse_limit};
 use crate::domain::schedule::format_instant;
 use crate::domain::task::{MAX_REASON_LEN, TaskId};
@@ -15,6 +15,7 @@ use crate::problem::ApiError;
 use crate::route_table::RouteTable;
 use crate::state::AppState;
 use crate::store::{self, limits as store_limits};
+use crate::usecases::cursor::{decode_cursor, encode_cursor};
 use crate::usecases::limits::{self as limits_usecase, HoldRequest, not_found_limit};
 
 pub fn routes(t: RouteTable) -> RouteTable {
@@ -173,13 +174,27 @@ async fn get_limit(
     Ok(with_etag(StatusCode::OK, view, limit.version))
 }
 
-async fn list_limits(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let limits = store_limits::list_limits(&state.pool).await?;
+/// `GET /v1/limits?limit=&cursor=`: one page of limits by name, each with its live usage;
+/// `next_cursor` names the next page (null on the last).
+async fn list_limits(
+    State(state): State<AppState>,
+    q: QueryParams,
+) -> Result<Json<Value>, ApiError> {
+    q.only(&["limit", "cursor"])?;
+    let limit = page_limit(&q)?;
+    let after = q.str("cursor").map(decode_cursor).transpose()?;
+    let mut limits = store_limits::list_limits(&state.pool, after.as_deref(), limit + 1).await?;
+    let next_cursor = if limits.len() as i64 > limit {
+        limits.truncate(limit as usize);
+        limits.last().map(|l| encode_cursor(&l.name))
+    } else {
+        None
+    };
     let mut items = Vec::with_capacity(limits.len());
     for l in &limits {
         items.push(limit_view(&state, l).await?);
     }
-    Ok(Json(json!({ "items": items })))
+    Ok(Json(json!({ "items": items, "next_cursor": next_cursor })))
 }
 
 async fn delete_limit(

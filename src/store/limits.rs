@@ -67,9 +67,13 @@ pub async fn get_limit(pool: &PgPool, name: &str) -> Result<Limit> {
     Ok(row.into())
 }
 
-/// Every limit, by name.
-pub async fn list_limits(pool: &PgPool) -> Result<Vec<Limit>> {
-    let rows: Vec<LimitRow> = sqlx::query_as(sql!("limits/list")).fetch_all(pool).await?;
+/// Up to `limit` limits by name, those after `after` (from the first when `None`).
+pub async fn list_limits(pool: &PgPool, after: Option<&str>, limit: i64) -> Result<Vec<Limit>> {
+    let rows: Vec<LimitRow> = sqlx::query_as(sql!("limits/list"))
+        .bind(after)
+        .bind(limit)
+        .fetch_all(pool)
+        .await?;
     Ok(rows.into_iter().map(Limit::from).collect())
 }
 

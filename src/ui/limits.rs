@@ -42,8 +42,14 @@ struct Row {
     waiting: Option<i64>,
 }
 
-async fn rows(state: &AppState, with_waiting: bool) -> Result<Vec<Row>, UiError> {
-    let limits = store_limits::list_limits(&state.pool).await?;
+/// How many limits the page shows (the first by name); the rest are a `kairos limit list` away.
+const SHOWN: i64 = 200;
+
+/// The first [`SHOWN`] limits by name with their usage, and whether there are more.
+async fn rows(state: &AppState, with_waiting: bool) -> Result<(Vec<Row>, bool), UiError> {
+    let mut limits = store_limits::list_limits(&state.pool, None, SHOWN + 1).await?;
+    let more = limits.len() as i64 > SHOWN;
+    limits.truncate(SHOWN as usize);
     let gauges = if with_waiting && !limits.is_empty() {
         store_limits::gauges(&state.pool).await?
     } else {
@@ -89,7 +95,7 @@ async fn rows(state: &AppState, with_waiting: bool) -> Result<Vec<Row>, UiError>
             waiting,
         });
     }
-    Ok(out)
+    Ok((out, more))
 }
 
 /// A horizontal bar of `used` out of `total`, as inline SVG (the page's CSP allows no inline
@@ -267,7 +273,7 @@ pub async fn limits_page(
 ) -> UiResult {
     // The waiting counts are cluster-wide: a token limited to some agents does not see them.
     let with_waiting = session.principal.readable_agents().is_none();
-    let rows = rows(&state, with_waiting).await?;
+    let (rows, more) = rows(&state, with_waiting).await?;
     let flash = q.get("done").map(|d| match d.as_str() {
         "held" => "Held: nothing that draws on it starts until the hold ends or is released.",
         "released" => "Released: what waited on the hold may start at the next claim.",
@@ -311,6 +317,12 @@ pub async fn limits_page(
                 @if rows.is_empty() {
                     tr { td colspan="6" .muted { "No limits are defined." } }
                 }
+            }
+        }
+        @if more {
+            p.muted #more-limits {
+                "Showing the first " (SHOWN) " limits by name; " code { "kairos limit list" }
+                " or " code { "GET /v1/limits" } " (paged) lists every one."
             }
         }
     };

@@ -312,8 +312,12 @@ def get_limit(name: str) -> Call[Limit]:
     return Call("GET", f"/v1/limits/{_seg(name)}", _limit)
 
 
-def list_limits() -> Call[List[Limit]]:
-    return Call("GET", "/v1/limits", lambda r: [Limit.from_json(x) for x in r.json()["items"]])
+def list_limits(limit: Optional[int], cursor: Optional[str]) -> Call[Page[Limit]]:
+    def parse(r: httpx.Response) -> Page[Limit]:
+        d = r.json()
+        return Page([Limit.from_json(x) for x in d["items"]], d.get("next_cursor"))
+
+    return Call("GET", "/v1/limits", parse, params=_params(limit=limit, cursor=cursor))
 
 
 def delete_limit(name: str) -> Call[None]:

@@ -330,8 +330,15 @@ class Client:
         return self._do(_api.get_limit(name))
 
     def list_limits(self) -> List[Limit]:
-        """Every limit with its usage, by name."""
-        return self._do(_api.list_limits())
+        """Every limit with its usage, by name (page after page)."""
+        out: List[Limit] = []
+        cursor: Optional[str] = None
+        while True:
+            page = self._do(_api.list_limits(500, cursor))
+            out.extend(page.items)
+            if page.next_cursor is None:
+                return out
+            cursor = page.next_cursor
 
     def delete_limit(self, name: str) -> None:
         """Delete a limit; :class:`~kairos_agent.errors.Stale` (409) while a task draws on it."""
@@ -562,7 +569,14 @@ class AsyncClient:
         return await self._do(_api.get_limit(name))
 
     async def list_limits(self) -> List[Limit]:
-        return await self._do(_api.list_limits())
+        out: List[Limit] = []
+        cursor: Optional[str] = None
+        while True:
+            page = await self._do(_api.list_limits(500, cursor))
+            out.extend(page.items)
+            if page.next_cursor is None:
+                return out
+            cursor = page.next_cursor
 
     async def delete_limit(self, name: str) -> None:
         await self._do(_api.delete_limit(name))

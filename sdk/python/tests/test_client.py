@@ -280,6 +280,21 @@ def test_limit_calls_round_trip_through_the_api(kairos: Kairos) -> None:
         asyncio.run(read_async())
 
 
+def test_list_limits_follows_the_pages_to_the_last_limit(kairos: Kairos) -> None:
+    # More limits than one page of 500 holds: both clients follow next_cursor.
+    kairos.query("insert into limits (name, spec) select 'l' || lpad(g::text, 4, '0'), "
+                 "'{\"concurrency\": 1, \"per_key\": false}' from generate_series(1, 501) g returning name")
+    want = [f"l{n:04d}" for n in range(1, 502)]
+    with kairos.client() as c:
+        assert [lim.name for lim in c.list_limits()] == want
+
+    async def listed() -> List[str]:
+        async with kairos.async_client() as a:
+            return [lim.name for lim in await a.list_limits()]
+
+    assert asyncio.run(listed()) == want
+
+
 def test_fail_with_hold_limit_holds_the_shared_limit_until_the_retry(kairos: Kairos) -> None:
     with kairos.client() as admin, kairos.client(kairos.agent_token) as agent:
         admin.put_limit("model-api", concurrency=5)

@@ -671,7 +671,7 @@ export interface paths {
         };
         /**
          * List shared limits
-         * @description Every limit with its live usage, in `name` order, in one answer (no paging). Any token may read them.
+         * @description One page of limits with their live usage, in `name` order; follow `next_cursor` for the rest. Unknown query parameters are `422`. Any token may read them.
          */
         get: operations["listLimits"];
         put?: never;
@@ -2317,8 +2317,10 @@ export interface components {
             held_reason: string | null;
         };
         LimitList: {
-            /** @description Every limit, in `name` order. */
+            /** @description A page of limits, in `name` order. */
             items: components["schemas"]["Limit"][];
+            /** @description Pass as `cursor` for the next page; `null` on the last page. */
+            next_cursor: string | null;
         };
         /** @description Body of `POST /v1/limits/{name}/hold`. Unknown fields are `422`; `key` and `reason` given as `null` are treated as absent. */
         LimitHoldRequest: {
@@ -4068,14 +4070,19 @@ export interface operations {
     };
     listLimits: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Page size. Outside 1–500 (or not an integer) is `422`. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Opaque; the `next_cursor` of the previous page with the same filters. A cursor this server did not issue is `422`. */
+                cursor?: components["parameters"]["Cursor"];
+            };
             header?: never;
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description Every limit. */
+            /** @description A page of limits. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -4085,6 +4092,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -645,14 +645,24 @@ export class Client {
     return this.send({ method: "GET", path: `/v1/limits/${seg(name)}`, signal: options.signal, parse: asIs<Limit> });
   }
 
-  /** Every limit with its usage, by name. */
-  listLimits(options: CallOptions = {}): Promise<Limit[]> {
-    return this.send({
-      method: "GET",
-      path: "/v1/limits",
-      signal: options.signal,
-      parse: (_s, b) => list(b, "items") as Limit[],
-    });
+  /** Every limit with its usage, by name (page after page). */
+  async listLimits(options: CallOptions = {}): Promise<Limit[]> {
+    const out: Limit[] = [];
+    let cursor: string | undefined;
+    for (;;) {
+      const p = await this.send({
+        method: "GET",
+        path: "/v1/limits",
+        query: { limit: "500", cursor },
+        signal: options.signal,
+        parse: (_s, body) => page<Limit>(body),
+      });
+      out.push(...p.items);
+      if (p.next_cursor === null) {
+        return out;
+      }
+      cursor = p.next_cursor;
+    }
   }
 
   /** Delete a limit; `Stale` (409) while a task draws on it. */
