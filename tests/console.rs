@@ -1003,6 +1003,43 @@ async fn the_limits_page_shows_usage_holds_busiest_keys_and_why_an_instance_wait
 }
 
 #[sqlx::test]
+async fn the_limits_page_shows_the_first_two_hundred_limits_and_says_there_are_more(pool: PgPool) {
+    let app = secured(pool.clone()).await;
+    let viewer = Browser::login(&app, VIEWER).await;
+    let add = |from: i32, to: i32| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query(
+                "insert into limits (name, spec) select 'l' || lpad(g::text, 3, '0'), \
+                 '{\"concurrency\": 1, \"per_key\": false}' from generate_series($1, $2) g",
+            )
+            .bind(from)
+            .bind(to)
+            .execute(&pool)
+            .await
+            .expect("limits");
+        }
+    };
+    add(1, 200).await;
+    let html = viewer.page("/ui/limits").await;
+    assert_eq!(html.matches("data-limit=\"").count(), 200);
+    assert!(!html.contains("more-limits"), "200 limits are all shown");
+    add(201, 201).await;
+    let html = viewer.page("/ui/limits").await;
+    assert_eq!(html.matches("data-limit=\"").count(), 200);
+    assert!(
+        html.contains("data-limit=\"l200\""),
+        "the first 200 by name"
+    );
+    assert!(!html.contains("data-limit=\"l201\""));
+    assert!(html.contains("id=\"more-limits\""), "{html}");
+    assert!(
+        html.contains("Showing the first 200 limits by name"),
+        "{html}"
+    );
+}
+
+#[sqlx::test]
 async fn limits_are_held_and_released_from_the_console_by_admins_only(pool: PgPool) {
     let app = secured(pool.clone()).await;
     limits_scene(&app).await;

@@ -288,6 +288,12 @@ pub async fn limits_page(
             "Define limits with " code { "kairos limit apply" } " or " code { "PUT /v1/limits/{name}" } "."
         }
         @if let Some(f) = flash { p.flash #flash { (f) } }
+        @if more {
+            p.flash #more-limits {
+                "Showing the first " (SHOWN) " limits by name; " code { "kairos limit list" }
+                " or " code { "GET /v1/limits" } " (paged) lists every one."
+            }
+        }
         table.grid #limits {
             thead { tr {
                 th { "limit" } th { "concurrency" } th { "rate" }
@@ -317,12 +323,6 @@ pub async fn limits_page(
                 @if rows.is_empty() {
                     tr { td colspan="6" .muted { "No limits are defined." } }
                 }
-            }
-        }
-        @if more {
-            p.muted #more-limits {
-                "Showing the first " (SHOWN) " limits by name; " code { "kairos limit list" }
-                " or " code { "GET /v1/limits" } " (paged) lists every one."
             }
         }
     };
