@@ -955,6 +955,34 @@ async fn a_throttled_fail_keeps_the_attempt_spares_the_circuit_and_holds_the_lim
     assert!(started_after_hold(&pool, uuid_of(&t2[0]), "api", "").await);
     assert_eq!(complete(&app, &t2[0]).await.0, 200);
 
+    // Only the attempt that holds the lease holds the limit: the same fail sent again (its
+    // answer lost) is answered as before without a second hold, and a fail under a lease that
+    // is not the instance's (a stale worker's late 429) is 409 and holds nothing. (The first
+    // hold has ended: t2 started after it.)
+    assert!(limit_view(&app, "api").await["held_until"].is_null());
+    let (status, again) = fail(
+        &app,
+        &t1,
+        json!({"error": "429", "retry_after_seconds": 3, "hold_limit": "api"}),
+    )
+    .await;
+    assert_eq!(
+        (status, &again["status"]),
+        (200, &json!("PENDING")),
+        "{again}"
+    );
+    let mut stale = t1.clone();
+    stale["lease_token"] = json!(uuid::Uuid::new_v4());
+    let (status, refused) = fail(
+        &app,
+        &stale,
+        json!({"error": "429", "retry_after_seconds": 60, "hold_limit": "api"}),
+    )
+    .await;
+    assert_eq!(status, 409, "{refused}");
+    let view = limit_view(&app, "api").await;
+    assert!(view["held_until"].is_null(), "{view}");
+
     // Refused holds: 422 naming hold_limit, and the instance keeps running under its lease.
     let got = claim_until(
         &app,

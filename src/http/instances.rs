@@ -303,11 +303,17 @@ async fn fail(
         };
         let said: String = error.chars().take(256).collect();
         let reason = format!("held by a throttled attempt of instance {id}: {said}");
+        // Only while this token holds the lease (the fail below then answers 409, or as
+        // before for a repeat that already landed, and its hold with it).
         let mut tx = crate::store::begin(&state.pool).await?;
-        let until = crate::store::limits::hold(&mut tx, &name, &key, seconds, &reason).await?;
-        tx.commit().await.map_err(crate::store::Error::from)?;
-        metrics::counter!("kairos_limit_throttled_total", "limit" => name.clone()).increment(1);
-        tracing::info!(limit = %name, key = %key, instance_id = %id, held_until = %crate::domain::schedule::format_instant(until), reason = %reason, "limit held");
+        if crate::store::limits::attempt_holds_lease(&mut tx, id, token).await? {
+            let until = crate::store::limits::hold(&mut tx, &name, &key, seconds, &reason).await?;
+            tx.commit().await.map_err(crate::store::Error::from)?;
+            metrics::counter!("kairos_limit_throttled_total", "limit" => name.clone()).increment(1);
+            tracing::info!(limit = %name, key = %key, instance_id = %id, held_until = %crate::domain::schedule::format_instant(until), reason = %reason, "limit held");
+        } else {
+            tracing::info!(limit = %name, key = %key, instance_id = %id, reason = "the fail's lease token does not hold the instance", "limit not held");
+        }
     }
     let inst = state
         .group

@@ -413,6 +413,23 @@ pub async fn insert_units(
     Ok(())
 }
 
+/// In the caller's transaction: whether instance `id` is RUNNING under `lease_token`, its row
+/// then locked (shared) until the transaction ends. A throttled attempt holds a limit only while
+/// it holds its lease: a stale worker's late 429, or the same fail sent again after it landed,
+/// holds nothing.
+pub async fn attempt_holds_lease(
+    conn: &mut PgConnection,
+    id: uuid::Uuid,
+    lease_token: uuid::Uuid,
+) -> Result<bool> {
+    let row: Option<uuid::Uuid> = sqlx::query_scalar(sql!("limits/attempt_holds_lease"))
+        .bind(id)
+        .bind(lease_token)
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(row.is_some())
+}
+
 /// Hold a budget until `now + seconds` (never shortening a later hold): nothing starts on it
 /// until then. `key` is the rendered key (ignored for a limit without `per_key`). Returns the
 /// instant held until.

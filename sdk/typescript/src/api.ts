@@ -2009,9 +2009,10 @@ export interface components {
              *     `kairos_limit_throttled_total{limit}` grows. A hold never shortens a later one
              *     already in place. Requires `retry_after_seconds`; without it, or naming a limit the
              *     instance does not draw on, it is `422` on `hold_limit` and nothing changes (the
-             *     instance stays RUNNING under its lease). The hold is written just before the report
-             *     is recorded, so it stands even when the report is then refused (`409`, a stale
-             *     lease); a report sent again holds again from that moment.
+             *     instance stays RUNNING under its lease). Only the attempt that holds the lease
+             *     holds the limit: a report under a lease token that is not the instance's (a stale
+             *     worker's late 429) is `409` and holds nothing, and the same report sent again after
+             *     it landed is answered as before without a second hold.
              */
             hold_limit?: string | null;
         };
