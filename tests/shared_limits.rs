@@ -678,6 +678,51 @@ async fn per_key_budgets_are_separate_so_one_tenant_waits_while_the_others_run(p
     assert_ne!(id_of(&second[0]), id_of(a));
 }
 
+#[sqlx::test]
+async fn long_rendered_keys_are_kept_apart_by_a_digest_and_never_fail_a_claim(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    limit_ok(&app, "tenant", json!({"concurrency": 1, "per_key": true})).await;
+    tenant_task(&app, "long-keys", "lk", "tenant").await;
+    // Keys of 12,000 characters that share their first 200 (hex: they do not compress below
+    // btree's 2,704-byte row limit), and a short one.
+    let long = |n: usize| -> String {
+        let mut s: String = (0..375)
+            .map(|_| uuid::Uuid::new_v4().simple().to_string())
+            .collect();
+        s.replace_range(..1, &n.to_string());
+        format!("{}{s}", "p".repeat(200))
+    };
+    let (a, b) = (long(1), long(2));
+    for t in [a.as_str(), b.as_str(), a.as_str(), "short"] {
+        trigger(&app, "long-keys", 1, json!({"params": {"tenant": t}})).await;
+    }
+    let keys: Vec<String> = sqlx::query_scalar(
+        "select d->>'key' from task_instance, jsonb_array_elements(limit_draws) d \
+         where task_id = 'long-keys' order by created_at",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("keys");
+    assert!(keys.iter().all(|k| k.chars().count() <= 256), "{keys:?}");
+    assert_ne!(
+        keys[0], keys[1],
+        "keys that differ after 200 characters stay apart"
+    );
+    assert_eq!(keys[0], keys[2], "the same parameter renders the same key");
+    // One start per key: a, b and short; a's second waits for a's budget.
+    let got = claim(&app, "lk", "w1", 10, json!({})).await;
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert!(claim(&app, "lk", "w2", 10, json!({})).await.is_empty());
+    let first_a = got
+        .iter()
+        .find(|i| i["context"]["params"]["tenant"] == a.as_str())
+        .expect("a started");
+    assert_eq!(complete(&app, first_a).await.0, 200);
+    let second = claim(&app, "lk", "w2", 10, json!({})).await;
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert_eq!(second[0]["context"]["params"]["tenant"], a.as_str());
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4. Holds.
 

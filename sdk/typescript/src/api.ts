@@ -2167,7 +2167,9 @@ export interface components {
              *     letters, digits, `_` and `-`), rendered when the instance is created from its
              *     effective context (the task's `context` with a manual trigger's `context` merged
              *     over it by top-level key). A missing parameter renders empty, a non-string one as
-             *     its JSON text. Another variable, or an unmatched `{{` or `}}`, is `422` on
+             *     its JSON text. A rendered key longer than 256 characters becomes its first 200
+             *     characters, `#` and the MD5 of the whole key (hex), which keeps it apart from every
+             *     other key. Another variable, or an unmatched `{{` or `}}`, is `422` on
              *     `execution.limits[i].key`.
              * @example {{params.tenant}}
              */
