@@ -723,6 +723,61 @@ async fn long_rendered_keys_are_kept_apart_by_a_digest_and_never_fail_a_claim(po
     assert_eq!(second[0]["context"]["params"]["tenant"], a.as_str());
 }
 
+#[sqlx::test]
+async fn control_characters_never_reach_a_key_so_every_key_can_be_held_by_name(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    limit_ok(&app, "tenant", json!({"concurrency": 1, "per_key": true})).await;
+    // In a template: 422 naming the key.
+    let (status, problem) = put_task(
+        &app,
+        "bad-key",
+        manual_body(
+            "ck",
+            json!({"limits": [{"name": "tenant", "key": "a\n{{params.tenant}}"}]}),
+        ),
+    )
+    .await;
+    assert_invalid(
+        "a control character",
+        status,
+        &problem,
+        "execution.limits[0].key",
+    );
+    // From a parameter: each becomes U+FFFD, a key that a hold can name.
+    tenant_task(&app, "ctl-keys", "ck", "tenant").await;
+    trigger(
+        &app,
+        "ctl-keys",
+        1,
+        json!({"params": {"tenant": "a\nb\u{85}c"}}),
+    )
+    .await;
+    let key: String = sqlx::query_scalar(
+        "select limit_draws->0->>'key' from task_instance where task_id = 'ctl-keys'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("key");
+    assert_eq!(key, "a\u{FFFD}b\u{FFFD}c");
+    let (status, held) = json(
+        app.post("/v1/limits/tenant/hold", json!({"seconds": 60, "key": key}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{held}");
+    assert!(
+        claim(&app, "ck", "w", 5, json!({})).await.is_empty(),
+        "held by name"
+    );
+    let (status, released) = json(
+        app.post("/v1/limits/tenant/release", json!({"key": key}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{released}");
+    assert_eq!(claim(&app, "ck", "w", 5, json!({})).await.len(), 1);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4. Holds.
 
@@ -1150,6 +1205,36 @@ async fn limits_are_listed_by_name_a_page_at_a_time(pool: PgPool) {
         assert_eq!(status, 422, "{q}: {body}");
         assert_eq!(body["errors"][0]["field"], field, "{q}: {body}");
     }
+}
+
+#[sqlx::test]
+async fn a_limit_deleted_and_made_again_starts_from_nothing(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    limit_ok(&app, "gone", json!({"concurrency": 1})).await;
+    let draws =
+        |limits: Value| manual_body("dl", json!({"concurrency_limit": 10, "limits": limits}));
+    task_ok(&app, "old-user", draws(json!([{"name": "gone"}]))).await;
+    trigger(&app, "old-user", 1, json!({})).await;
+    let running = claim(&app, "dl", "w1", 5, json!({})).await;
+    assert_eq!(running.len(), 1, "{running:?}");
+    // The task stops drawing on the limit while its instance runs; then the limit goes.
+    task_ok(&app, "old-user", draws(json!([]))).await;
+    let (status, body) = json(
+        app.request(reqwest::Method::DELETE, "/v1/limits/gone", None)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 204, "{body}");
+    // Made again: nothing of the old budget counts, and a new user starts at once.
+    limit_ok(&app, "gone", json!({"concurrency": 1})).await;
+    assert_eq!(limit_view(&app, "gone").await["running"], 0);
+    task_ok(&app, "new-user", draws(json!([{"name": "gone"}]))).await;
+    trigger(&app, "new-user", 1, json!({})).await;
+    let got = claim(&app, "dl", "w2", 5, json!({})).await;
+    assert_eq!(of_task(&got, "new-user").len(), 1, "{got:?}");
+    // The old instance finishes as usual.
+    assert_eq!(complete(&app, &running[0]).await.0, 200);
+    assert_eq!(limit_view(&app, "gone").await["running"], 1);
 }
 
 #[sqlx::test]

@@ -239,6 +239,10 @@ pub fn check_key_template(t: &str) -> Result<(), String> {
     if !at_most_chars(t, MAX_KEY_LEN) {
         return Err(format!("must be at most {MAX_KEY_LEN} characters"));
     }
+    // A key an operator could not name in a hold or a release.
+    if t.chars().any(char::is_control) {
+        return Err("must not contain control characters".to_owned());
+    }
     let mut rest = t;
     while let Some(open) = rest.find("{{") {
         let after = &rest[open + 2..];
@@ -677,6 +681,8 @@ mod tests {
         assert!(check_key_template("{{params.}}").is_err());
         assert!(check_key_template("{{task_id").is_err());
         assert!(check_key_template("x}}").is_err());
+        assert!(check_key_template("a\nb-{{params.t}}").is_err());
+        assert!(check_key_template("a\u{85}b").is_err());
     }
 
     #[test]

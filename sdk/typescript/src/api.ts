@@ -525,8 +525,10 @@ export interface paths {
          *     complete.
          *
          *     An instance listed several times gets each of its items tried in request order, as
-         *     successive single completes would be: after an item completed it, a later one is `409`;
-         *     after an item with a stale token, a later one holding the current token succeeds.
+         *     successive single completes would be: after an item completed it, a later one under the
+         *     same lease token is answered as a repeat (`200` with the instance as the first left it,
+         *     its `result` unchanged) and one under another token is `409`; after an item with a stale
+         *     token, a later one holding the current token succeeds.
          */
         post: operations["completeInstances"];
         delete?: never;
@@ -653,8 +655,10 @@ export interface paths {
         post?: never;
         /**
          * Delete a shared limit
-         * @description Removes the limit with its budgets' state (rate and holds). Refused with `409` while any
-         *     task draws on it (the detail names up to 10 of them): change those tasks first.
+         * @description Removes the limit with its budgets' state (rate, holds, and the units its running
+         *     instances hold: a limit created again under the name starts from nothing, and those
+         *     instances run on, drawing on nothing). Refused with `409` while any task draws on it
+         *     (the detail names up to 10 of them): change those tasks first.
          */
         delete: operations["deleteLimit"];
         options?: never;
@@ -2167,10 +2171,11 @@ export interface components {
              *     letters, digits, `_` and `-`), rendered when the instance is created from its
              *     effective context (the task's `context` with a manual trigger's `context` merged
              *     over it by top-level key). A missing parameter renders empty, a non-string one as
-             *     its JSON text. A rendered key longer than 256 characters becomes its first 200
-             *     characters, `#` and the MD5 of the whole key (hex), which keeps it apart from every
-             *     other key. Another variable, or an unmatched `{{` or `}}`, is `422` on
-             *     `execution.limits[i].key`.
+             *     its JSON text. In a rendered key each control character becomes U+FFFD (holds and
+             *     releases name keys without them), and a key longer than 256 characters becomes its
+             *     first 200 characters, `#` and the MD5 of the whole key (hex), which keeps it apart
+             *     from every other key. Another variable, an unmatched `{{` or `}}`, or a control
+             *     character in the template is `422` on `execution.limits[i].key`.
              * @example {{params.tenant}}
              */
             key?: string | null;
