@@ -207,6 +207,7 @@ async fn a_stale_fail_and_the_live_fail_in_one_batch_each_get_their_own_answer(p
         error_kind: "agent",
         actor: None,
         throttle_seconds: None,
+        throttle_until: None,
     };
     // Polled in order: the stale report is queued first, then the live one; both wait for the
     // blocked committer and so share its next batch.

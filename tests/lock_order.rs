@@ -138,6 +138,7 @@ async fn the_reaper_and_a_group_commit_over_one_task_never_deadlock(pool: PgPool
                 error_kind: "agent_error",
                 actor: None,
                 throttle_seconds: None,
+                throttle_until: None,
             },
         );
         async move { gc.fail(item).await.map(|i| i.status.as_str().to_owned()) }

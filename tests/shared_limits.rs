@@ -1039,6 +1039,10 @@ async fn a_throttled_fail_keeps_the_attempt_spares_the_circuit_and_holds_the_lim
     assert_eq!(inst["error_kind"], "throttled", "{inst}");
     let view = limit_view(&app, "api").await;
     assert!(view["held_until"].is_string(), "{view}");
+    assert_eq!(
+        inst["available_at"], view["held_until"],
+        "the retry comes back the instant the hold ends"
+    );
     assert!(
         view["held_reason"].as_str().unwrap_or("").contains(&id),
         "{view}"

@@ -285,6 +285,7 @@ async fn fail(
     };
     // Hold the limit (for this instance's key) until the same instant: checked before
     // anything is written, so a refused fail leaves the instance RUNNING under its lease.
+    let mut throttle_until = None;
     if let Some(name) = string_field(&m, "hold_limit", false, 128)? {
         let Some(seconds) = throttle_seconds else {
             return Err(ApiError::invalid(
@@ -307,8 +308,12 @@ async fn fail(
         // before for a repeat that already landed, and its hold with it).
         let mut tx = crate::store::begin(&state.pool).await?;
         if crate::store::limits::attempt_holds_lease(&mut tx, id, token).await? {
-            let until = crate::store::limits::hold(&mut tx, &name, &key, seconds, &reason).await?;
+            let held = crate::store::limits::hold(&mut tx, &name, &key, seconds, &reason).await?;
             tx.commit().await.map_err(crate::store::Error::from)?;
+            // The retry comes back the instant this hold ends (a later hold already in place
+            // is kept, and the retry waits for it as any start would).
+            throttle_until = Some(held.asked);
+            let until = held.until;
             metrics::counter!("kairos_limit_throttled_total", "limit" => name.clone()).increment(1);
             tracing::info!(limit = %name, key = %key, instance_id = %id, held_until = %crate::domain::schedule::format_instant(until), reason = %reason, "limit held");
         } else {
@@ -326,6 +331,7 @@ async fn fail(
             error_kind: "agent",
             actor: None,
             throttle_seconds,
+            throttle_until,
         })
         .await
         .map_err(|e| not_found_instance(e, &id))?;

@@ -439,15 +439,25 @@ pub async fn hold(
     key: &str,
     seconds: i64,
     reason: &str,
-) -> Result<DateTime<Utc>> {
-    let until: Option<DateTime<Utc>> = sqlx::query_scalar(sql!("limits/hold"))
+) -> Result<Held> {
+    let row: Option<(DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(sql!("limits/hold"))
         .bind(name)
         .bind(key)
         .bind(seconds as f64)
         .bind(reason)
         .fetch_optional(&mut *conn)
         .await?;
-    until.ok_or(Error::NotFound)
+    row.map(|(until, asked)| Held { until, asked })
+        .ok_or(Error::NotFound)
+}
+
+/// What [`hold`] did.
+#[derive(Debug, Clone, Copy)]
+pub struct Held {
+    /// The budget is held until then (a later hold already in place is kept).
+    pub until: DateTime<Utc>,
+    /// The end this hold asked for: now + its seconds.
+    pub asked: DateTime<Utc>,
 }
 
 /// Lift a hold (all keys of the limit when `key` is None). Returns the budgets released.

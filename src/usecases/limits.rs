@@ -78,7 +78,8 @@ pub async fn hold(
     let mut tx = store::begin(pool).await?;
     let until = store_limits::hold(&mut tx, name, &key, req.seconds, &reason)
         .await
-        .map_err(|e| not_found_limit(e, name))?;
+        .map_err(|e| not_found_limit(e, name))?
+        .until;
     tx.commit().await.map_err(store::Error::from)?;
     tracing::info!(limit = %name, key = %key, held_until = %format_instant(until), reason = %reason, by = %by, "limit held");
     Ok((limit, until))

@@ -1997,7 +1997,8 @@ export interface components {
             /**
              * @description The attempt was **throttled**: a quota refused it (an HTTP 429 from a model API,
              *     say), and it may be tried again after this many seconds (its `Retry-After`). The
-             *     instance goes back to PENDING with `available_at = now() + retry_after_seconds`,
+             *     instance goes back to PENDING with `available_at = now() + retry_after_seconds`
+             *     (with `hold_limit`, exactly the instant that hold asked to end),
              *     the **same `attempt`** (not spent), `error_kind: throttled` and `error` as sent, and
              *     the task's `consecutive_failures` is left alone: a quota never opens the circuit
              *     breaker. `retryable` and `retry_at_once` do not apply. Outside 1–86400: `422`, and

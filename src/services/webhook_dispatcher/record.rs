@@ -112,6 +112,7 @@ impl WebhookDispatcher {
             error_kind: "dispatch",
             actor: Some(self.actor()),
             throttle_seconds: None,
+            throttle_until: None,
         };
         match self.group.fail(report).await {
             Ok(after) => {

@@ -58,6 +58,9 @@ pub struct Throttled {
     pub lease_token: Uuid,
     /// When to try again, from now.
     pub retry_after_seconds: i64,
+    /// When to try again, as an instant (the end of the hold the throttle made); wins over
+    /// `retry_after_seconds`.
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
     pub error: String,
 }
 
@@ -77,12 +80,14 @@ pub(in crate::store) async fn record_throttled(
     let tokens: Vec<Uuid> = items.iter().map(|t| t.lease_token).collect();
     let secs: Vec<f64> = items.iter().map(|t| t.retry_after_seconds as f64).collect();
     let errors: Vec<&str> = items.iter().map(|t| t.error.as_str()).collect();
+    let until: Vec<Option<chrono::DateTime<chrono::Utc>>> = items.iter().map(|t| t.until).collect();
     let rows: Vec<InstanceRow> = sqlx::query_as(sql!("instances/give_back/throttle"))
         .bind(&ids)
         .bind(&tokens)
         .bind(&secs)
         .bind(&errors)
         .bind(actor)
+        .bind(&until)
         .fetch_all(&mut *conn)
         .await?;
     rows.into_iter().map(Instance::try_from).collect()

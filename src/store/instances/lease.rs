@@ -267,6 +267,9 @@ pub struct FailureReport {
     /// `retry_after_seconds`: a quota refused the attempt; it waits this long as PENDING with
     /// its attempt unspent, and is no failure of the task (`super::record_throttled`).
     pub throttle_seconds: Option<i64>,
+    /// With `throttle_seconds`: the instant the hold this report made ends (`hold_limit`); the
+    /// retry is available then, the very instant the limit starts again.
+    pub throttle_until: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Record many reported failures in the caller's transaction: each locks its RUNNING row
@@ -312,6 +315,7 @@ pub(crate) async fn fail_in(
                 id: a.id,
                 lease_token: a.lease_token,
                 retry_after_seconds: secs,
+                until: item.throttle_until,
                 error: item.error.clone(),
             };
             push_for(&mut throttled_by_actor, actor, one);

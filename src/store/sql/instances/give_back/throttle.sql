@@ -1,17 +1,18 @@
 -- Throttled attempts, each a compare-and-swap on (id, RUNNING, lease token): PENDING,
--- available after its wait with the same attempt, error kind throttled, with their events
--- (the claim that lived only on the row, then the throttle).
--- $1 ids, $2 lease tokens, $3 seconds to wait, $4 errors, $5 actor.
+-- available after its wait (or at the instant given: the end of the hold it made) with the
+-- same attempt, error kind throttled, with their events (the claim that lived only on the row,
+-- then the throttle).
+-- $1 ids, $2 lease tokens, $3 seconds to wait, $4 errors, $5 actor, $6 instants (null: the wait).
 with f as (
-    select * from unnest($1::uuid[], $2::uuid[], $3::float8[], $4::text[])
-        as f(id, token, secs, error)
+    select * from unnest($1::uuid[], $2::uuid[], $3::float8[], $4::text[], $6::timestamptz[])
+        as f(id, token, secs, error, until)
 ), old as (
     select id, claimed_by from task_instance where id = any($1)
 ), upd as (
     update task_instance i
     set status = 'PENDING', lease_token = null,
         lease_expires_at = null, deadline_at = null, claimed_by = null,
-        available_at = now() + make_interval(secs => f.secs),
+        available_at = coalesce(f.until, now() + make_interval(secs => f.secs)),
         error = f.error, error_kind = 'throttled', reported_lease_token = f.token,
         updated_at = now()
     from f, old
