@@ -907,6 +907,43 @@ async fn a_hold_stops_only_that_limits_instances_until_it_lifts_or_is_released(p
 /// (a 256-character key of three-byte characters holds and releases), and control characters
 /// are refused on `key` and `reason` with a 422 naming the field.
 #[sqlx::test]
+async fn per_key_cannot_change_while_a_budget_is_held(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let hold = |body: Value| {
+        let app = &app;
+        async move { json(app.post("/v1/limits/flip/hold", body).await).await.0 }
+    };
+    let release = || {
+        let app = &app;
+        async move {
+            json(app.post("/v1/limits/flip/release", json!({})).await)
+                .await
+                .0
+        }
+    };
+    for (from, to, held) in [
+        (true, false, json!({"seconds": 60, "key": "acme"})),
+        (false, true, json!({"seconds": 60})),
+    ] {
+        limit_ok(&app, "flip", json!({"concurrency": 2, "per_key": from})).await;
+        assert_eq!(hold(held).await, 200);
+        let (status, problem) =
+            put_limit(&app, "flip", json!({"concurrency": 2, "per_key": to})).await;
+        assert_eq!(status, 409, "{problem}");
+        assert!(
+            problem["detail"].as_str().unwrap_or("").contains("held"),
+            "{problem}"
+        );
+        assert_eq!(limit_view(&app, "flip").await["per_key"], from);
+        // Other changes go through; per_key once the hold is released.
+        limit_ok(&app, "flip", json!({"concurrency": 3, "per_key": from})).await;
+        assert_eq!(release().await, 200);
+        let view = limit_ok(&app, "flip", json!({"concurrency": 3, "per_key": to})).await;
+        assert_eq!(view["per_key"], to, "{view}");
+    }
+}
+
+#[sqlx::test]
 async fn hold_keys_count_characters_and_refuse_control_characters(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     limit_ok(&app, "pkc", json!({"concurrency": 5, "per_key": true})).await;

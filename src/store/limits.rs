@@ -112,7 +112,7 @@ pub async fn upsert_limit(
             tx.commit().await?;
             return Ok((Upserted::Unchanged, l.into()));
         }
-        Some(_) => {
+        Some(l) => {
             for (task, cost, has_key) in tasks_drawing_on(&mut tx, name).await? {
                 if let Some(why) = spec.refuses_cost(cost) {
                     return Err(Error::Conflict(format!(
@@ -124,6 +124,20 @@ pub async fn upsert_limit(
                     return Err(Error::Conflict(format!(
                         "task {task:?} draws on this limit without a key, which a per_key \
                          limit requires; give the task a key first"
+                    )));
+                }
+            }
+            // A hold belongs to a budget, and turning per_key on or off makes other budgets:
+            // refused while one is held rather than moving a hold where it was not meant.
+            if l.spec.0.per_key != spec.per_key {
+                let held: i64 = sqlx::query_scalar(sql!("limits/held_budgets"))
+                    .bind(name)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                if held > 0 {
+                    return Err(Error::Conflict(format!(
+                        "{held} budget(s) of this limit are held; per_key changes which budgets \
+                         there are, so release the holds (or let them end) first"
                     )));
                 }
             }

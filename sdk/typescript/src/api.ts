@@ -646,7 +646,9 @@ export interface paths {
          *     limit to exist). Then a change that would leave a task that draws on the limit unable
          *     ever to start is `409` naming the task, and nothing is written: a `concurrency` below
          *     the task's `cost`, a `rate` whose `burst + 1` is below it, or `per_key: true` while the
-         *     task draws on the limit without a `key`. Change the task first.
+         *     task draws on the limit without a `key`. Change the task first. Turning `per_key` on or
+         *     off while a budget of the limit is held is `409` too (it changes which budgets there
+         *     are): release the holds, or let them end, first.
          *
          *     A changed `rate` applies from the change on (the budget's rate state is kept). A lower
          *     `concurrency` stops nothing that runs: new starts wait until the running units fit.
