@@ -290,8 +290,15 @@ impl Client {
         loop {
             match resp.chunk().await {
                 Ok(Some(chunk)) => {
-                    if buf.len() + chunk.len() > MAX_RESPONSE_BYTES {
-                        return Ok(Answer { status, body: None });
+                    let room = MAX_RESPONSE_BYTES - buf.len();
+                    if chunk.len() > room {
+                        // Its head is kept (a failure quotes it); the rest is never read.
+                        buf.extend_from_slice(&chunk[..room]);
+                        return Ok(Answer {
+                            status,
+                            body: buf,
+                            truncated: true,
+                        });
                     }
                     buf.extend_from_slice(&chunk);
                 }
@@ -301,7 +308,8 @@ impl Client {
         }
         Ok(Answer {
             status,
-            body: Some(buf),
+            body: buf,
+            truncated: false,
         })
     }
 }
@@ -362,8 +370,10 @@ impl AllowList {
 #[derive(Debug, Clone)]
 pub struct Answer {
     pub status: u16,
-    /// The body, at most [`MAX_RESPONSE_BYTES`]; `None` when it was larger.
-    pub body: Option<Vec<u8>>,
+    /// The body, or its first [`MAX_RESPONSE_BYTES`] when it was longer (`truncated`).
+    pub body: Vec<u8>,
+    /// The body was longer than [`MAX_RESPONSE_BYTES`]; the rest was not read.
+    pub truncated: bool,
 }
 
 /// The reason a request failed; a refused destination is named as such.

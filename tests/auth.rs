@@ -48,6 +48,9 @@ async fn requests_without_a_valid_token_get_401(pool: PgPool) {
     let app = secured(pool).await;
     let resp = app.get("/v1/tasks").await;
     assert_eq!(resp.status().as_u16(), 401);
+    // Every answer, refusals included, carries the safety headers.
+    assert_eq!(resp.headers()["x-content-type-options"], "nosniff");
+    assert_eq!(resp.headers()["referrer-policy"], "same-origin");
     assert_eq!(
         resp.headers()["www-authenticate"],
         "Bearer realm=\"kairos\""
@@ -64,6 +67,19 @@ async fn requests_without_a_valid_token_get_401(pool: PgPool) {
     assert_eq!(problem["status"], 401);
     let (status, _) = call(&app, None, Method::GET, "/metrics", None).await;
     assert_eq!(status, 401, "metrics need a viewer token");
+    // Two Authorization headers, in either order, are no credential: 401, nothing done.
+    for pair in [[ADMIN, VIEWER], [VIEWER, ADMIN]] {
+        let resp = app
+            .client
+            .post(app.url("/v1/limits/two-tokens/hold"))
+            .header("authorization", format!("Bearer {}", pair[0]))
+            .header("authorization", format!("Bearer {}", pair[1]))
+            .json(&json!({"seconds": 60}))
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(resp.status().as_u16(), 401, "{pair:?}");
+    }
     // Probes need no token.
     assert_eq!(app.get("/healthz").await.status().as_u16(), 200);
     assert_ne!(app.get("/readyz").await.status().as_u16(), 401);

@@ -424,6 +424,26 @@ async fn actions_need_an_admin_session_a_csrf_token_and_the_same_origin(pool: Pg
         )
         .await;
     assert_eq!(cross_site.status().as_u16(), 403);
+    // Without Origin, a browser's other marks of another site refuse it too.
+    for (name, value) in [
+        ("referer", "http://evil.example/page"),
+        ("sec-fetch-site", "cross-site"),
+    ] {
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs([("csrf", csrf.as_str()), ("reason", "x")])
+            .finish();
+        let mut req = admin
+            .http
+            .post(app.url("/ui/tasks/nightly/pause"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header(name, value)
+            .body(body);
+        if let Some(c) = &admin.cookie {
+            req = req.header(COOKIE, c);
+        }
+        let refused = req.send().await.expect("sent");
+        assert_eq!(refused.status().as_u16(), 403, "{name}: {value}");
+    }
     assert!(!paused().await, "refused forms change nothing");
 
     let viewer = Browser::login(&app, VIEWER).await;

@@ -35,6 +35,10 @@ enum Mode {
     Sleep(Duration),
     Redirect(String),
     Huge,
+    /// A 500 whose body is far past the bound, its head readable.
+    HugeError,
+    /// A 2xx success nested 200 levels deep in its result.
+    Deep,
     /// A 2xx success whose result holds U+0000 (`\u0000` in the JSON).
     NulResult,
     /// A 500 whose body holds a NUL byte.
@@ -86,6 +90,20 @@ async fn handle(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> R
         )
             .into_response(),
         Mode::Huge => axum::Json(json!({"status": "success", "result": "x".repeat(100 * 1024)}))
+            .into_response(),
+        Mode::HugeError => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("quota exhausted: {}", "y".repeat(5 * 1024 * 1024)),
+        )
+            .into_response(),
+        Mode::Deep => (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            format!(
+                r#"{{"status": "success", "result": {}1{}}}"#,
+                "[".repeat(200),
+                "]".repeat(200)
+            ),
+        )
             .into_response(),
         Mode::NulResult => (
             [(axum::http::header::CONTENT_TYPE, "application/json")],
@@ -650,6 +668,29 @@ async fn an_oversized_answer_is_not_read_past_its_bound(pool: PgPool) {
             .unwrap_or("")
             .contains("larger than 65536 bytes"),
         "{failed}"
+    );
+}
+
+#[sqlx::test]
+async fn an_oversized_error_is_quoted_from_its_head_and_deep_json_is_named(pool: PgPool) {
+    let receiver = Receiver::start(vec![Mode::HugeError, Mode::Deep]).await;
+    let app = TestApp::spawn(pool.clone()).await;
+    webhook_task(&app, "loud", &receiver.url(), json!({})).await;
+    let mut errors = Vec::new();
+    for _ in 0..2 {
+        app.post("/v1/tasks/loud/trigger", json!({})).await;
+        let report = dispatcher(&pool, &app).run_once().await.expect("dispatch");
+        assert_eq!(report.num_failed, 1);
+        let hits = receiver.hits();
+        let body = body_of(&hits[hits.len() - 1]);
+        let failed = instance(&app, body["instance"]["id"].as_str().unwrap_or("")).await;
+        errors.push(failed["error"].as_str().unwrap_or("").to_owned());
+    }
+    let quoted = format!("HTTP 500: quota exhausted: {}", "y".repeat(183));
+    assert_eq!(errors[0], quoted, "the first 200 characters of a 5 MB body");
+    assert_eq!(
+        errors[1],
+        "HTTP 200: the body is JSON nested too deeply to read"
     );
 }
 

@@ -46,6 +46,11 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
         }
         Principal::open()
     } else {
+        // Two credentials are no credential: which one a proxy or a client meant is unknown.
+        if req.headers().get_all(header::AUTHORIZATION).iter().count() > 1 {
+            tracing::warn!(method = %req.method(), path = %path, reason = "several Authorization headers", "request refused");
+            return unauthorized("send exactly one Authorization: Bearer <token> header");
+        }
         let Some(token) = bearer(&req) else {
             return unauthorized("an Authorization: Bearer <token> header is required");
         };

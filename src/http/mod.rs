@@ -62,7 +62,28 @@ pub fn layered(routes: Router<AppState>, state: AppState, max_body_bytes: usize)
         ))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(TraceLayer::new_for_http())
+        .layer(axum::middleware::from_fn(safety_headers))
         .with_state(state)
+}
+
+/// Headers every answer carries, the refusals included: no content sniffing (a JSON or text
+/// body is never taken for HTML), and no `Referer` with a console URL (its filters, an
+/// instance id) sent to another site. `same-origin`, not `no-referrer`: with the latter a
+/// browser sends `Origin: null` on the console's own forms, which are then refused.
+async fn safety_headers(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::{HeaderValue, header};
+    let mut resp = next.run(req).await;
+    let headers = resp.headers_mut();
+    headers
+        .entry(header::X_CONTENT_TYPE_OPTIONS)
+        .or_insert(HeaderValue::from_static("nosniff"));
+    headers
+        .entry(header::REFERRER_POLICY)
+        .or_insert(HeaderValue::from_static("same-origin"));
+    resp
 }
 
 /// A body whose declared `Content-Length` is over `max_body_bytes` is refused with 413 at once,

@@ -311,28 +311,37 @@ impl AdminForm {
     }
 }
 
-/// Refuse a POST whose `Origin` names another host than the request's own `Host`.
+/// Refuse a POST that a browser says came from another site: its `Origin` (or, without one,
+/// its `Referer`) names another host and port than the request's own `Host`, or its
+/// `Sec-Fetch-Site` is `cross-site` or `same-site`. A request with none of them (no browser
+/// sends a POST so) still needs the session's CSRF token. The scheme is not compared: behind
+/// a proxy that ends TLS, the page is `https` and the request `http`.
 fn check_same_origin(headers: &HeaderMap) -> Result<(), UiError> {
-    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
-        return Ok(());
+    let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let host = text(header::HOST).unwrap_or("");
+    let refuse = |from: &str, why: &str| {
+        tracing::warn!(from, host, reason = why, "console action refused");
+        Err(UiError::forbidden(format!(
+            "a form from {from} may not act on this console"
+        )))
     };
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let authority = origin.split_once("://").map_or("", |(_, a)| a);
+    if let Some(site) = text(header::HeaderName::from_static("sec-fetch-site"))
+        && matches!(site.trim(), "cross-site" | "same-site")
+    {
+        return refuse(site, "cross-site form (Sec-Fetch-Site)");
+    }
+    let (from, authority) = match (text(header::ORIGIN), text(header::REFERER)) {
+        (Some(origin), _) => (origin, origin.split_once("://").map_or("", |(_, a)| a)),
+        (None, Some(referer)) => {
+            let rest = referer.split_once("://").map_or("", |(_, a)| a);
+            (referer, rest.split(['/', '?', '#']).next().unwrap_or(""))
+        }
+        (None, None) => return Ok(()),
+    };
     if authority.eq_ignore_ascii_case(host) {
         Ok(())
     } else {
-        tracing::warn!(
-            origin,
-            host,
-            reason = "cross-site form",
-            "console action refused"
-        );
-        Err(UiError::forbidden(format!(
-            "a form from {origin} may not act on this console"
-        )))
+        refuse(from, "cross-site form")
     }
 }
 
@@ -636,5 +645,28 @@ mod tests {
             HeaderValue::from_static("http://evil.example"),
         );
         assert!(check_same_origin(&h).is_err());
+        // Without Origin, the Referer's host and port decide.
+        h.remove(header::ORIGIN);
+        h.insert(
+            header::REFERER,
+            HeaderValue::from_static("http://evil.example/ui/limits"),
+        );
+        assert!(check_same_origin(&h).is_err());
+        h.insert(
+            header::REFERER,
+            HeaderValue::from_static("http://127.0.0.1:8080/ui/limits?x=1"),
+        );
+        assert!(check_same_origin(&h).is_ok());
+        h.insert(
+            header::REFERER,
+            HeaderValue::from_static("http://127.0.0.1:8080.evil.example/"),
+        );
+        assert!(check_same_origin(&h).is_err());
+        // A browser that says the form came from another site is refused whatever else.
+        h.remove(header::REFERER);
+        h.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
+        assert!(check_same_origin(&h).is_err());
+        h.insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
+        assert!(check_same_origin(&h).is_ok());
     }
 }

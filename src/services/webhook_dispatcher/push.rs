@@ -161,18 +161,15 @@ impl WebhookDispatcher {
                     Err(e) => stale(i, &e),
                 };
             }
-            Ok(a) if a.body.is_none() => Err(format!(
+            Ok(a) if a.truncated && (200..300).contains(&a.status) => Err(format!(
                 "HTTP {}: response body larger than {} bytes",
                 a.status,
                 outbound::MAX_RESPONSE_BYTES
             )),
             Ok(a) if (200..300).contains(&a.status) => {
-                let parsed: Option<Value> = a
-                    .body
-                    .as_deref()
-                    .and_then(|b| serde_json::from_slice(b).ok());
+                let parsed: Result<Value, serde_json::Error> = serde_json::from_slice(&a.body);
                 match parsed {
-                    Some(v) if v.get("status").and_then(Value::as_str) == Some("success") => {
+                    Ok(v) if v.get("status").and_then(Value::as_str) == Some("success") => {
                         let result = v.get("result").filter(|r| !r.is_null());
                         let too_big = result
                             .and_then(|r| serde_json::to_vec(r).ok())
@@ -200,20 +197,25 @@ impl WebhookDispatcher {
                             }
                         }
                     }
+                    // JSON nested past the parser's depth (128): say so, not "no status".
+                    Err(e) if e.to_string().starts_with("recursion limit exceeded") => {
+                        Err(format!(
+                            "HTTP {}: the body is JSON nested too deeply to read",
+                            a.status
+                        ))
+                    }
                     _ => Err(format!(
                         "HTTP {} without {{\"status\": \"success\"}} in the body",
                         a.status
                     )),
                 }
             }
-            Ok(a) => Err(match a.body.as_deref() {
-                Some(b) if !b.is_empty() => {
-                    let text = String::from_utf8_lossy(b);
-                    let snippet: String = text.chars().filter(|c| *c != '\0').take(200).collect();
-                    format!("HTTP {}: {snippet}", a.status)
-                }
-                _ => format!("HTTP {}", a.status),
-            }),
+            Ok(a) if a.body.is_empty() => Err(format!("HTTP {}", a.status)),
+            Ok(a) => {
+                let text = String::from_utf8_lossy(&a.body);
+                let snippet: String = text.chars().filter(|c| *c != '\0').take(200).collect();
+                Err(format!("HTTP {}: {snippet}", a.status))
+            }
             Err(reason) => Err(reason),
         };
         match outcome {
