@@ -148,6 +148,16 @@ async fn fail(app: &TestApp, i: &Value, extra: Value) -> (u16, Value) {
     .await
 }
 
+/// Release the hold of limit `name` on `key` through the API, expecting 200.
+async fn release_key(app: &TestApp, name: &str, key: &str) {
+    let (status, view) = json(
+        app.post(&format!("/v1/limits/{name}/release"), json!({"key": key}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{view}");
+}
+
 async fn limit_view(app: &TestApp, name: &str) -> Value {
     let (status, view) = json(app.get(&format!("/v1/limits/{name}")).await).await;
     assert_eq!(status, 200, "{view}");
@@ -769,12 +779,7 @@ async fn control_characters_never_reach_a_key_so_every_key_can_be_held_by_name(p
         claim(&app, "ck", "w", 5, json!({})).await.is_empty(),
         "held by name"
     );
-    let (status, released) = json(
-        app.post("/v1/limits/tenant/release", json!({"key": key}))
-            .await,
-    )
-    .await;
-    assert_eq!(status, 200, "{released}");
+    release_key(&app, "tenant", &key).await;
     assert_eq!(claim(&app, "ck", "w", 5, json!({})).await.len(), 1);
 }
 
@@ -960,12 +965,7 @@ async fn hold_keys_count_characters_and_refuse_control_characters(pool: PgPool) 
     assert_eq!(status, 200, "{view}");
     trigger(&app, "tenant-chars", 1, json!({"params": {"tenant": wide}})).await;
     assert!(claim(&app, "kc", "w1", 10, json!({})).await.is_empty());
-    let (status, view) = json(
-        app.post("/v1/limits/pkc/release", json!({"key": wide}))
-            .await,
-    )
-    .await;
-    assert_eq!(status, 200, "{view}");
+    release_key(&app, "pkc", &wide).await;
     assert_eq!(claim(&app, "kc", "w1", 10, json!({})).await.len(), 1);
 
     for (path, body, field) in [

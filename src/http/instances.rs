@@ -21,7 +21,7 @@ use crate::problem::ApiError;
 use crate::route_table::RouteTable;
 use crate::state::AppState;
 use crate::store::{self, events, instances as store_instances};
-use crate::usecases::cursor::{instance_cursor, parse_instance_cursor};
+use crate::usecases::cursor::{cut_page, instance_cursor, parse_instance_cursor};
 use crate::usecases::instances::{OperatorMove, not_found_instance, operator_move};
 
 pub use crate::domain::task::MAX_RESULT_BYTES;
@@ -128,12 +128,7 @@ async fn list_instances(
         limit: limit + 1,
     };
     let mut items = store_instances::list_instances(&state.pool, &filter).await?;
-    let next_cursor = if items.len() as i64 > limit {
-        items.truncate(limit as usize);
-        items.last().map(instance_cursor)
-    } else {
-        None
-    };
+    let next_cursor = cut_page(&mut items, limit, instance_cursor);
     Ok(Json(json!({
         "items": items.iter().map(instance_json).collect::<Vec<_>>(),
         "next_cursor": next_cursor,
@@ -302,23 +297,17 @@ async fn fail(
                 format!("the instance draws on no limit named {name:?}"),
             ));
         };
-        let said: String = error.chars().take(256).collect();
-        let reason = format!("held by a throttled attempt of instance {id}: {said}");
-        // Only while this token holds the lease (the fail below then answers 409, or as
-        // before for a repeat that already landed, and its hold with it).
-        let mut tx = crate::store::begin(&state.pool).await?;
-        if crate::store::limits::attempt_holds_lease(&mut tx, id, token).await? {
-            let held = crate::store::limits::hold(&mut tx, &name, &key, seconds, &reason).await?;
-            tx.commit().await.map_err(crate::store::Error::from)?;
-            // The retry comes back the instant this hold ends (a later hold already in place
-            // is kept, and the retry waits for it as any start would).
-            throttle_until = Some(held.asked);
-            let until = held.until;
-            metrics::counter!("kairos_limit_throttled_total", "limit" => name.clone()).increment(1);
-            tracing::info!(limit = %name, key = %key, instance_id = %id, held_until = %crate::domain::schedule::format_instant(until), reason = %reason, "limit held");
-        } else {
-            tracing::info!(limit = %name, key = %key, instance_id = %id, reason = "the fail's lease token does not hold the instance", "limit not held");
-        }
+        // Without the lease, nothing is held and the fail below answers 409 (or as before,
+        // for a repeat that landed). The retry comes back the instant the hold asked to end.
+        throttle_until = crate::usecases::limits::hold_for_attempt(
+            &state.pool,
+            (id, token),
+            &name,
+            &key,
+            seconds,
+            &error,
+        )
+        .await?;
     }
     let inst = state
         .group

@@ -15,7 +15,7 @@ use crate::problem::ApiError;
 use crate::route_table::RouteTable;
 use crate::state::AppState;
 use crate::store::{self, limits as store_limits};
-use crate::usecases::cursor::{decode_cursor, encode_cursor};
+use crate::usecases::cursor::{cut_page, decode_cursor, encode_cursor};
 use crate::usecases::limits::{self as limits_usecase, HoldRequest, not_found_limit};
 
 pub fn routes(t: RouteTable) -> RouteTable {
@@ -184,12 +184,7 @@ async fn list_limits(
     let limit = page_limit(&q)?;
     let after = q.str("cursor").map(decode_cursor).transpose()?;
     let mut limits = store_limits::list_limits(&state.pool, after.as_deref(), limit + 1).await?;
-    let next_cursor = if limits.len() as i64 > limit {
-        limits.truncate(limit as usize);
-        limits.last().map(|l| encode_cursor(&l.name))
-    } else {
-        None
-    };
+    let next_cursor = cut_page(&mut limits, limit, |l| encode_cursor(&l.name));
     let mut items = Vec::with_capacity(limits.len());
     for l in &limits {
         items.push(limit_view(&state, l).await?);

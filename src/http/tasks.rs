@@ -26,7 +26,7 @@ use crate::store::instances::{
     self as store_instances, Backfill, ManualTrigger, Reprocess, Triggered,
 };
 use crate::store::{self, tasks as store_tasks};
-use crate::usecases::cursor::{decode_cursor, encode_cursor};
+use crate::usecases::cursor::{cut_page, decode_cursor, encode_cursor};
 use crate::usecases::tasks::{
     MAX_BACKFILL_WINDOWS, check_ahead_of_retention, check_retention, not_found_task, run_backfill,
     task_json, task_trace, visible_task,
@@ -210,12 +210,7 @@ async fn list_tasks(
         limit: limit + 1,
     };
     let mut tasks = store_tasks::list_tasks(&state.pool, &filter).await?;
-    let next_cursor = if tasks.len() as i64 > limit {
-        tasks.truncate(limit as usize);
-        tasks.last().map(|t| encode_cursor(t.spec.id.as_str()))
-    } else {
-        None
-    };
+    let next_cursor = cut_page(&mut tasks, limit, |t| encode_cursor(t.spec.id.as_str()));
     Ok(Json(json!({
         "items": tasks
             .iter()

@@ -13,6 +13,21 @@ pub fn encode_cursor(raw: &str) -> String {
     raw.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Cut `items`, read with `limit + 1` rows, to one page of `limit`; the next page's cursor (the
+/// last item's, by `cursor_of`) when a row was left over, `None` on the last page.
+pub fn cut_page<T>(
+    items: &mut Vec<T>,
+    limit: i64,
+    cursor_of: impl Fn(&T) -> String,
+) -> Option<String> {
+    let limit = usize::try_from(limit).unwrap_or(0);
+    if items.len() <= limit {
+        return None;
+    }
+    items.truncate(limit);
+    items.last().map(cursor_of)
+}
+
 /// The text a cursor carries; one this server did not issue is refused (422 on `cursor`).
 pub fn decode_cursor(cursor: &str) -> Result<String, ApiError> {
     let bad = || ApiError::invalid("cursor", "is not a cursor this server issued");

@@ -85,6 +85,33 @@ pub async fn hold(
     Ok((limit, until))
 }
 
+/// A throttled attempt's `hold_limit`: hold limit `name` on the instance's rendered `key` for
+/// `seconds`, only while `lease_token` holds the instance (RUNNING, its row share-locked until
+/// the hold commits): a stale worker's late 429, or a fail sent again after it landed, holds
+/// nothing (`None`). Returns the instant this hold asked to end, when the retry comes back.
+pub async fn hold_for_attempt(
+    pool: &PgPool,
+    attempt: (uuid::Uuid, uuid::Uuid),
+    name: &str,
+    key: &str,
+    seconds: i64,
+    error: &str,
+) -> Result<Option<DateTime<Utc>>, store::Error> {
+    let (id, lease_token) = attempt;
+    let said: String = error.chars().take(256).collect();
+    let reason = format!("held by a throttled attempt of instance {id}: {said}");
+    let mut tx = store::begin(pool).await?;
+    if !store_limits::attempt_holds_lease(&mut tx, id, lease_token).await? {
+        tracing::info!(limit = %name, key = %key, instance_id = %id, reason = "the fail's lease token does not hold the instance", "limit not held");
+        return Ok(None);
+    }
+    let held = store_limits::hold(&mut tx, name, key, seconds, &reason).await?;
+    tx.commit().await?;
+    metrics::counter!("kairos_limit_throttled_total", "limit" => name.to_owned()).increment(1);
+    tracing::info!(limit = %name, key = %key, instance_id = %id, held_until = %format_instant(held.until), reason = %reason, "limit held");
+    Ok(Some(held.asked))
+}
+
 /// Lift the hold of limit `name` on `key` (every hold of the limit when `None`). Returns the
 /// limit and how many budgets were released.
 pub async fn release(
