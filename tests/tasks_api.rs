@@ -274,6 +274,34 @@ async fn task_preview_lists_upcoming_windows(pool: PgPool) {
 }
 
 #[sqlx::test]
+async fn windows_end_at_the_last_instant_a_timestamp_can_write(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let (status, task) = json(
+        app.put(
+            "/v1/tasks/far",
+            json!({"agent_id": "a", "trigger": {"type": "interval", "every_seconds": 86400,
+                   "start_at": "9999-12-30T12:00:00Z", "jitter_seconds": 3600}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{task}");
+    assert_eq!(task["next_fire_at"], "9999-12-30T12:00:00Z");
+    let (status, body) = json(app.get("/v1/tasks/far/preview?count=5").await).await;
+    assert_eq!(status, 200, "{body}");
+    let windows = body["windows"].as_array().expect("windows");
+    let keys: Vec<&str> = windows
+        .iter()
+        .filter_map(|w| w["window_key"].as_str())
+        .collect();
+    assert_eq!(keys, ["9999-12-30T12:00:00Z", "9999-12-31T12:00:00Z"]);
+    for w in windows {
+        let available = w["available_at"].as_str().expect("available_at");
+        assert!(available.starts_with("9999-12-3"), "{w}");
+    }
+}
+
+#[sqlx::test]
 async fn cron_preview_follows_new_york_dst_rules(pool: PgPool) {
     let app = TestApp::spawn(pool).await;
     let fire = |expr: &str, from: &str| {

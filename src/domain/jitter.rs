@@ -59,7 +59,10 @@ pub fn available_at(
     scheduled_at: DateTime<Utc>,
     jitter_seconds: i64,
 ) -> DateTime<Utc> {
-    scheduled_at + Duration::milliseconds(offset_ms(task_id, window_key, jitter_seconds))
+    let at = scheduled_at + Duration::milliseconds(offset_ms(task_id, window_key, jitter_seconds));
+    // A window late on 9999-12-31 becomes available no later than the last instant an API
+    // timestamp can write.
+    at.min(crate::domain::schedule::last_window_instant().max(scheduled_at))
 }
 
 /// The shortest gap, in seconds, between two consecutive fire times of `cron` after `from`:
@@ -180,6 +183,21 @@ mod tests {
             available_at("t", "k", t("2026-11-29T00:30:00Z"), 0),
             t("2026-11-29T00:30:00Z")
         );
+    }
+
+    #[test]
+    fn a_window_late_in_9999_is_available_by_the_last_writable_instant() {
+        let late = t("9999-12-31T23:59:00Z");
+        let key = "9999-12-31T23:59:00Z";
+        let jittered = (0..50)
+            .map(|i| available_at(&format!("task-{i}"), key, late, 3600))
+            .collect::<Vec<_>>();
+        assert!(
+            jittered
+                .iter()
+                .all(|a| *a >= late && *a <= t("9999-12-31T23:59:59Z"))
+        );
+        assert!(jittered.contains(&t("9999-12-31T23:59:59Z")));
     }
 
     #[test]
