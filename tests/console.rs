@@ -305,6 +305,15 @@ async fn sessions_start_with_a_valid_token_and_end_at_logout(pool: PgPool) {
     let csrf = admin.csrf().await;
     let forged = admin.form("/ui/logout", &[("csrf", "forged")]).await;
     assert_eq!(forged.status().as_u16(), 403);
+    // The cookie names a session; it never holds the token.
+    let cookie = admin.cookie.clone().expect("session cookie");
+    assert!(!cookie.contains(ADMIN), "{cookie}");
+    let copy = Browser {
+        app: &app,
+        http: admin.http.clone(),
+        cookie: Some(cookie),
+    };
+    assert_eq!(copy.get("/ui/").await.status().as_u16(), 200);
     let out = admin.form("/ui/logout", &[("csrf", &csrf)]).await;
     assert_eq!(out.status().as_u16(), 303);
     assert!(
@@ -313,6 +322,63 @@ async fn sessions_start_with_a_valid_token_and_end_at_logout(pool: PgPool) {
             .unwrap_or("")
             .contains("Max-Age=0")
     );
+    // Logging out ends the session on the server: a copy of the cookie opens nothing now.
+    let resp = copy.get("/ui/").await;
+    assert_eq!(resp.status().as_u16(), 303);
+    assert_eq!(resp.headers()[LOCATION], "/ui/login");
+    let stale = copy.form("/ui/tasks/x/pause", &[("csrf", &csrf)]).await;
+    assert_eq!(stale.status().as_u16(), 303);
+    // A cookie holding a token itself (as a hand-made one would) is no session either.
+    let forged = Browser {
+        app: &app,
+        http: admin.http.clone(),
+        cookie: Some(format!("kairos_ui={ADMIN}")),
+    };
+    assert_eq!(forged.get("/ui/").await.status().as_u16(), 303);
+}
+
+#[sqlx::test]
+async fn a_session_ends_when_its_time_is_up_or_its_token_is_no_longer_configured(pool: PgPool) {
+    let app = secured(pool.clone()).await;
+    let viewer = Browser::login(&app, VIEWER).await;
+    let admin = Browser::login(&app, ADMIN).await;
+    assert_eq!(viewer.get("/ui/").await.status().as_u16(), 200);
+    let (sessions, hours): (i64, f64) = sqlx::query_as(
+        "select count(*), max(extract(epoch from expires_at - now()) / 3600)::float8 \
+         from console_sessions",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("sessions");
+    assert_eq!(sessions, 2);
+    assert!((11.9..=12.0).contains(&hours), "{hours}");
+
+    // The same database under a configuration that no longer has the viewer's token (a
+    // restart with `auth_tokens` changed): that session opens nothing, the admin's still does.
+    let mut opts = Options::api_only("console");
+    opts.tokens = Arc::new(Tokens::parse(&format!("{ADMIN}:admin")).expect("tokens"));
+    let restarted = TestApp::spawn_opts(pool.clone(), opts).await;
+    let on = |b: &Browser<'_>| Browser {
+        app: &restarted,
+        http: b.http.clone(),
+        cookie: b.cookie.clone(),
+    };
+    assert_eq!(on(&viewer).get("/ui/").await.status().as_u16(), 303);
+    assert_eq!(on(&admin).get("/ui/").await.status().as_u16(), 200);
+
+    // Twelve hours on, the admin's session has ended too.
+    sqlx::query("update console_sessions set expires_at = now() - interval '1 second'")
+        .execute(&pool)
+        .await
+        .expect("age the sessions");
+    assert_eq!(admin.get("/ui/").await.status().as_u16(), 303);
+    // The next login clears sessions whose time is up.
+    let _again = Browser::login(&app, ADMIN).await;
+    let left: i64 = sqlx::query_scalar("select count(*) from console_sessions")
+        .fetch_one(&pool)
+        .await
+        .expect("sessions");
+    assert_eq!(left, 1);
 }
 
 #[sqlx::test]

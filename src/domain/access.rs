@@ -174,6 +174,16 @@ fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
+/// HMAC-SHA256 of `session_id` keyed by a token's digest.
+fn session_mac(token_digest: &[u8; 32], session_id: &[u8]) -> [u8; 32] {
+    use hmac::{KeyInit, Mac};
+    let Ok(mut mac) = hmac::Hmac::<Sha256>::new_from_slice(token_digest) else {
+        return [0; 32];
+    };
+    mac.update(session_id);
+    mac.finalize().into_bytes().into()
+}
+
 fn ct_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     let mut diff = 0u8;
     for (x, y) in a.iter().zip(b.iter()) {
@@ -265,6 +275,28 @@ impl Tokens {
             .collect()
     }
 
+    /// A console session's proof of `token` (see [`Tokens::of_session`]): an HMAC-SHA256 of
+    /// the session id keyed by the token's SHA-256, with the token's principal. `None` for a
+    /// token that is not configured.
+    pub fn session_proof(&self, token: &str, session_id: &[u8]) -> Option<(Principal, [u8; 32])> {
+        let principal = self.authenticate(token)?;
+        Some((principal, session_mac(&digest(token), session_id)))
+    }
+
+    /// The principal of a console session from its id and stored proof: the configured token
+    /// whose proof it is, comparing against every entry. `None` once that token is no longer
+    /// configured.
+    pub fn of_session(&self, session_id: &[u8], proof: &[u8]) -> Option<Principal> {
+        let proof: &[u8; 32] = proof.try_into().ok()?;
+        let mut found: Option<&Principal> = None;
+        for e in &self.0 {
+            if ct_eq(&session_mac(&e.digest, session_id), proof) && found.is_none() {
+                found = Some(&e.principal);
+            }
+        }
+        found.cloned()
+    }
+
     /// The principal of a presented token, comparing against every entry.
     pub fn authenticate(&self, presented: &str) -> Option<Principal> {
         let d = digest(presented);
@@ -345,6 +377,29 @@ mod tests {
         let any = Tokens::parse("any-agent-token:agent").expect("valid");
         let any = any.authenticate("any-agent-token").expect("agent");
         assert!(any.may_act_for_all() && any.may_act_for("whoever"));
+    }
+
+    #[test]
+    fn a_session_proves_its_token_only_while_the_token_is_configured() {
+        let tokens =
+            Tokens::parse("admin-token-0001:admin,viewer-token-001:viewer").expect("parse");
+        let (who, proof) = tokens
+            .session_proof("viewer-token-001", b"session-a")
+            .expect("configured token");
+        assert_eq!(who.role, Role::Viewer);
+        let back = tokens
+            .of_session(b"session-a", &proof)
+            .expect("same session");
+        assert_eq!(back.role, Role::Viewer);
+        // Another session's id, a truncated proof, an unknown token.
+        assert!(tokens.of_session(b"session-b", &proof).is_none());
+        assert!(tokens.of_session(b"session-a", &proof[..31]).is_none());
+        assert!(tokens.session_proof("nope", b"session-a").is_none());
+        // The token left the configuration: its sessions prove nothing any more.
+        let without = Tokens::parse("admin-token-0001:admin").expect("parse");
+        assert!(without.of_session(b"session-a", &proof).is_none());
+        // The proof is not the token's digest: a stored proof gives no token back.
+        assert_ne!(proof, digest("viewer-token-001"));
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod limits;
 pub mod migrations;
 pub mod outbox;
 pub mod pool;
+pub mod sessions;
 pub mod statements;
 pub mod tasks;
 pub mod waiting;

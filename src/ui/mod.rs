@@ -4,23 +4,26 @@
 //! switches timestamps between UTC and local time and selects rows in bulk).
 //!
 //! # Sessions
-//! With `auth_tokens` configured, `/ui/login` takes a token and keeps it in the `kairos_ui`
-//! cookie (`HttpOnly; SameSite=Strict; Path=/ui`, and `Secure` when the request came over HTTPS:
-//! kairos serves plain HTTP, so that is a TLS-terminating proxy's `X-Forwarded-Proto: https`);
-//! every request re-authenticates it, so a token removed from the configuration logs its
-//! sessions out at the next restart. In open mode the console, like the API, answers only
+//! With `auth_tokens` configured, `/ui/login` takes a token and starts a session
+//! (`store::sessions`): a random id in the `kairos_ui` cookie (`HttpOnly; SameSite=Strict;
+//! Path=/ui`, and `Secure` when the request came over HTTPS: kairos serves plain HTTP, so that
+//! is a TLS-terminating proxy's `X-Forwarded-Proto: https`), and a row in the database holding
+//! the id's hash and a proof of the token (an HMAC of the id keyed by the token's SHA-256).
+//! Every request looks the session up and finds the configured token the proof belongs to, so
+//! a session ends at logout (for every copy of its cookie), after [`SESSION_SECONDS`], or when
+//! its token is removed from the configuration (at the next restart). In open mode the console, like the API, answers only
 //! loopback `Host`s and `Origin`s, and everyone is admin.
 //!
 //! The login form is guarded against login CSRF (a foreign page logging the browser in under
 //! the attacker's token) by a double-submit token: the form sets a random value in the
 //! `kairos_ui_login` cookie (`Path=/ui/login`) and carries it in a hidden field; a login POST
 //! whose field and cookie differ, or lack either, is refused. A foreign page can make the
-//! browser POST but can neither read nor set that cookie. It works on every replica: nothing
-//! is kept on the server.
+//! browser POST but can neither read nor set that cookie. It works on every replica: the login
+//! form's value is kept nowhere on the server.
 //!
 //! # Forms
-//! Every action is a POST carrying a CSRF token: an HMAC of the session's token (in open mode,
-//! of a per-process secret), so it cannot be forged without the token and works on every
+//! Every action is a POST carrying a CSRF token: an HMAC of the session's id (in open mode,
+//! of a per-process secret), so it cannot be forged without the session id and works on every
 //! replica. A POST whose `Origin` is not the page's own host is refused. Viewers see no action
 //! buttons, and their POSTs are refused too; agent tokens see only their agents.
 
@@ -255,15 +258,31 @@ fn open_secret() -> &'static [u8] {
     })
 }
 
-fn csrf_for(token: Option<&str>) -> String {
-    match token {
+/// The CSRF token of a session (keyed by its id) or, in open mode, of this process.
+fn csrf_for(session_id: Option<&str>) -> String {
+    match session_id {
         Some(t) => hmac_hex(t.as_bytes(), b"kairos-ui-csrf"),
         None => hmac_hex(open_secret(), b"kairos-ui-csrf"),
     }
 }
 
-/// Resolve the session of a request: open mode (loopback only), or the cookie's token.
-fn session_of(state: &AppState, headers: &HeaderMap) -> Result<Session, UiError> {
+/// How long a console session lasts after its login.
+pub const SESSION_SECONDS: i64 = 12 * 3600;
+
+/// A console session id as its cookie carries it: 64 hex digits.
+fn session_id_of(headers: &HeaderMap) -> Option<String> {
+    cookie_token(headers).filter(|id| id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// The key a session is stored under: the SHA-256 of its id.
+fn session_key(id: &str) -> Vec<u8> {
+    use sha2::Digest;
+    sha2::Sha256::digest(id.as_bytes()).to_vec()
+}
+
+/// Resolve the session of a request: open mode (loopback only), or the session its cookie
+/// names, while it lasts and the token it logged in with is still configured.
+async fn session_of(state: &AppState, headers: &HeaderMap) -> Result<Session, UiError> {
     if state.tokens.is_empty() {
         crate::usecases::access::open_mode_addressing(headers)?;
         return Ok(Session {
@@ -271,11 +290,17 @@ fn session_of(state: &AppState, headers: &HeaderMap) -> Result<Session, UiError>
             csrf: csrf_for(None),
         });
     }
-    let token = cookie_token(headers).ok_or(UiError::Login)?;
-    let principal = state.tokens.authenticate(&token).ok_or(UiError::Login)?;
+    let id = session_id_of(headers).ok_or(UiError::Login)?;
+    let proof = crate::store::sessions::proof(&state.pool, &session_key(&id))
+        .await?
+        .ok_or(UiError::Login)?;
+    let principal = state
+        .tokens
+        .of_session(id.as_bytes(), &proof)
+        .ok_or(UiError::Login)?;
     Ok(Session {
         principal,
-        csrf: csrf_for(Some(&token)),
+        csrf: csrf_for(Some(&id)),
     })
 }
 
@@ -283,7 +308,7 @@ impl FromRequestParts<AppState> for Session {
     type Rejection = UiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, UiError> {
-        session_of(state, &parts.headers)
+        session_of(state, &parts.headers).await
     }
 }
 
@@ -364,7 +389,7 @@ impl axum::extract::FromRequest<AppState> for SessionForm {
     async fn from_request(req: axum::extract::Request, state: &AppState) -> Result<Self, UiError> {
         let (parts, body) = req.into_parts();
         check_same_origin(&parts.headers)?;
-        let session = session_of(state, &parts.headers)?;
+        let session = session_of(state, &parts.headers).await?;
         let bytes = axum::body::to_bytes(body, crate::domain::task::MAX_DOCUMENT_BYTES)
             .await
             .map_err(|_| UiError::bad_request("the form is too large"))?;
@@ -405,11 +430,10 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The `Set-Cookie` value of a session holding `token`.
-fn session_cookie(token: &str, secure: bool) -> Option<HeaderValue> {
-    let encoded: String = form_urlencoded::byte_serialize(token.as_bytes()).collect();
+/// The `Set-Cookie` value of a session with id `id`.
+fn session_cookie(id: &str, secure: bool) -> Option<HeaderValue> {
     HeaderValue::from_str(&format!(
-        "{COOKIE}={encoded}; {}",
+        "{COOKIE}={id}; {}",
         cookie_attributes("/ui", secure)
     ))
     .ok()
@@ -522,7 +546,7 @@ pub(crate) fn login_form_response(
 
 /// Answer a login form: 303 to the overview with the session cookie, or the form again (403
 /// when its CSRF value does not match its cookie, 401 for an unknown token).
-pub(crate) fn login_response(
+pub(crate) async fn login_response(
     state: &AppState,
     headers: &HeaderMap,
     fields: &[(String, String)],
@@ -551,31 +575,47 @@ pub(crate) fn login_response(
     }
     let token = field("token").trim();
     let secure = over_https(headers);
-    match (
-        state.tokens.authenticate(token),
-        session_cookie(token, secure),
-    ) {
-        (Some(principal), Some(cookie)) => {
-            tracing::info!(principal = %principal.label, "console login");
-            let mut resp = Redirect::to("/ui/").into_response();
-            resp.headers_mut().append(header::SET_COOKIE, cookie);
-            if let Some(done) = clear_cookie(LOGIN_COOKIE, "/ui/login", secure) {
-                resp.headers_mut().append(header::SET_COOKIE, done);
-            }
-            resp
-        }
-        _ => {
-            tracing::warn!(reason = "unknown token", "console login refused");
-            login_form_response(
-                headers,
-                Some("That token is not valid."),
-                StatusCode::UNAUTHORIZED,
-            )
-        }
+    let id: String = rand::random::<[u8; 32]>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let Some((principal, proof)) = state.tokens.session_proof(token, id.as_bytes()) else {
+        tracing::warn!(reason = "unknown token", "console login refused");
+        return login_form_response(
+            headers,
+            Some("That token is not valid."),
+            StatusCode::UNAUTHORIZED,
+        );
+    };
+    if let Err(e) = crate::store::sessions::start(
+        &state.pool,
+        &session_key(&id),
+        &proof,
+        SESSION_SECONDS as f64,
+    )
+    .await
+    {
+        return UiError::from(e).into_response();
     }
+    tracing::info!(principal = %principal.label, "console login");
+    let mut resp = Redirect::to("/ui/").into_response();
+    if let Some(cookie) = session_cookie(&id, secure) {
+        resp.headers_mut().append(header::SET_COOKIE, cookie);
+    }
+    if let Some(done) = clear_cookie(LOGIN_COOKIE, "/ui/login", secure) {
+        resp.headers_mut().append(header::SET_COOKIE, done);
+    }
+    resp
 }
 
-pub(crate) fn logout_response(headers: &HeaderMap) -> Response {
+/// End the request's session (on the server first, so a copy of the cookie stops working too)
+/// and clear its cookie.
+pub(crate) async fn logout_response(state: &AppState, headers: &HeaderMap) -> Response {
+    if let Some(id) = session_id_of(headers)
+        && let Err(e) = crate::store::sessions::end(&state.pool, &session_key(&id)).await
+    {
+        return UiError::from(e).into_response();
+    }
     let mut resp = Redirect::to("/ui/login").into_response();
     if let Some(clear) = clear_cookie(COOKIE, "/ui", over_https(headers)) {
         resp.headers_mut().insert(header::SET_COOKIE, clear);
@@ -588,20 +628,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cookie_tokens_are_read_back_and_csrf_depends_on_the_token() {
-        let mut h = HeaderMap::new();
-        let cookie = session_cookie("s3cr3t;=x", false).expect("cookie");
-        let pair = cookie
-            .to_str()
-            .expect("ascii")
-            .split(';')
-            .next()
-            .unwrap_or("");
-        h.insert(
-            header::COOKIE,
-            HeaderValue::from_str(&format!("other=1; {pair}")).expect("header"),
+    fn session_ids_are_read_back_only_in_their_own_shape_and_csrf_depends_on_the_id() {
+        let id = "0123456789abcdef".repeat(4);
+        let with_cookie = |value: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                header::COOKIE,
+                HeaderValue::from_str(&format!("other=1; {COOKIE}={value}")).expect("header"),
+            );
+            h
+        };
+        let cookie = session_cookie(&id, false).expect("cookie");
+        assert!(
+            cookie
+                .to_str()
+                .unwrap_or("")
+                .starts_with(&format!("{COOKIE}={id}; "))
         );
-        assert_eq!(cookie_token(&h).as_deref(), Some("s3cr3t;=x"));
+        assert_eq!(
+            session_id_of(&with_cookie(&id)).as_deref(),
+            Some(id.as_str())
+        );
+        // An API token pasted into the cookie (what the cookie held before) is no session id.
+        assert_eq!(session_id_of(&with_cookie("s3cr3t-admin-token")), None);
+        assert_eq!(session_id_of(&with_cookie(&format!("{id}0"))), None);
+        assert_eq!(session_id_of(&with_cookie(&"g".repeat(64))), None);
+        assert_ne!(session_key(&id), session_key(&"f".repeat(64)));
         assert_ne!(csrf_for(Some("a")), csrf_for(Some("b")));
         assert_eq!(csrf_for(Some("a")), csrf_for(Some("a")));
         assert!(constant_time_eq(b"abc", b"abc"));
@@ -626,7 +678,7 @@ mod tests {
         ));
         assert!(with("forwarded", "proto=\"https\""));
         assert!(!with("forwarded", "proto=http, proto=https"));
-        let secure = session_cookie("t", true).expect("cookie");
+        let secure = session_cookie(&"a".repeat(64), true).expect("cookie");
         assert!(secure.to_str().unwrap_or("").ends_with("; Secure"));
     }
 

@@ -4383,7 +4383,7 @@ export interface operations {
         };
         requestBody: components["requestBodies"]["ConsoleForm"];
         responses: {
-            /** @description The cookie is cleared; `Location` is `/ui/login`. */
+            /** @description The session is ended on the server and its cookie cleared; `Location` is `/ui/login`. */
             303: {
                 headers: {
                     [name: string]: unknown;

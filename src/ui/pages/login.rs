@@ -46,17 +46,18 @@ pub async fn login(
         return e.into_response();
     }
     let fields = parse_form(&body);
-    login_response(&state, &headers, &fields)
+    login_response(&state, &headers, &fields).await
 }
 
 /// Logging out needs no admin role, only a same-origin form with the session's CSRF token; a
 /// request without a session just lands on the login page.
 pub async fn logout(
+    State(state): State<AppState>,
     headers: axum::http::HeaderMap,
     form: Result<SessionForm, UiError>,
 ) -> Response {
     match form {
-        Ok(_) | Err(UiError::Login) => logout_response(&headers),
+        Ok(_) | Err(UiError::Login) => logout_response(&state, &headers).await,
         Err(e) => e.into_response(),
     }
 }
