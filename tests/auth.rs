@@ -333,3 +333,49 @@ async fn agent_tokens_read_only_their_agents_and_non_admins_see_no_url_paths(poo
     let (_, page) = call(&app, Some(VIEWER), Method::GET, "/v1/tasks", None).await;
     assert_eq!(page["items"].as_array().map(Vec::len), Some(2));
 }
+
+/// The metrics page as `token` reads it.
+async fn metrics_text(app: &TestApp, token: &str) -> String {
+    app.client
+        .get(app.url("/metrics"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("sent")
+        .text()
+        .await
+        .expect("metrics")
+}
+
+#[sqlx::test]
+async fn a_token_limited_to_some_agents_reads_only_their_agent_metrics(pool: PgPool) {
+    let mut opts = Options::api_only("auth");
+    opts.tokens = Arc::new(
+        Tokens::parse(&format!("{AGENT_A}:agent:agent_a,{VIEWER}:viewer")).expect("tokens"),
+    );
+    opts.stats_interval = Some(std::time::Duration::from_millis(100));
+    let app = TestApp::spawn_opts(pool.clone(), opts).await;
+    // Both agents were seen claiming (what a claim records).
+    sqlx::query(
+        "insert into agent_claims (agent_id, last_claim_at) \
+         values ('agent_a', now()), ('agent_zz_other', now())",
+    )
+    .execute(&pool)
+    .await
+    .expect("claims seen");
+    let series = |agent: &str| format!("kairos_agent_last_claim_seconds{{agent_id=\"{agent}\"}}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut all = String::new();
+    while std::time::Instant::now() < deadline {
+        all = metrics_text(&app, VIEWER).await;
+        if all.contains(&series("agent_a")) && all.contains(&series("agent_zz_other")) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(all.contains(&series("agent_zz_other")), "{all}");
+    let scoped = metrics_text(&app, AGENT_A).await;
+    assert!(scoped.contains(&series("agent_a")), "{scoped}");
+    assert!(!scoped.contains("agent_zz_other"), "{scoped}");
+    assert!(scoped.contains("kairos_instances{"), "{scoped}");
+}

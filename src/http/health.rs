@@ -95,13 +95,20 @@ async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 /// Prometheus text exposition of every kairos metric.
-async fn metrics() -> Response {
+/// The metrics in Prometheus' text format. A token limited to some agents sees the series of
+/// those agents only (`kairos_agent_last_claim_seconds` is the one labelled by agent), as it
+/// sees only their tasks and instances.
+async fn metrics(principal: Option<axum::Extension<crate::domain::access::Principal>>) -> Response {
     match crate::telemetry::metrics_handle() {
-        Some(h) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            h.render(),
-        )
-            .into_response(),
+        Some(h) => {
+            let text = h.render();
+            let agents = principal.as_ref().and_then(|p| p.0.readable_agents());
+            let body = match agents {
+                Some(agents) => visible_to(&text, agents),
+                None => text,
+            };
+            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+        }
         None => (
             StatusCode::SERVICE_UNAVAILABLE,
             "metrics recorder unavailable",
@@ -110,6 +117,71 @@ async fn metrics() -> Response {
     }
 }
 
+/// The lines of a metrics page `agents` may see: every line but the samples whose `agent_id`
+/// label names another agent.
+fn visible_to(text: &str, agents: &[String]) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let hidden = !line.starts_with('#')
+            && agent_label(line).is_some_and(|a| !agents.contains(&a));
+        if !hidden {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The value of a sample line's `agent_id` label, unescaped (`\\`, `\"`, `\n`).
+fn agent_label(line: &str) -> Option<String> {
+    let labels = &line[line.find('{')? + 1..];
+    let start = labels
+        .match_indices("agent_id=\"")
+        .find(|(i, _)| *i == 0 || labels[..*i].ends_with(','))?
+        .0
+        + "agent_id=\"".len();
+    let mut value = String::new();
+    let mut chars = labels[start..].chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return Some(value),
+            '\\' => match chars.next()? {
+                'n' => value.push('\n'),
+                other => value.push(other),
+            },
+            c => value.push(c),
+        }
+    }
+    None
+}
+
 async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/yaml")], OPENAPI_YAML).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_limited_to_agents_sees_only_their_agent_series() {
+        let page = "# HELP kairos_agent_last_claim_seconds x\n\
+# TYPE kairos_agent_last_claim_seconds gauge\n\
+kairos_agent_last_claim_seconds{agent_id=\"agent_a\"} 3\n\
+kairos_agent_last_claim_seconds{agent_id=\"agent_b\"} 4\n\
+kairos_agent_last_claim_seconds{other=\"1\",agent_id=\"a\\\"b\"} 5\n\
+kairos_limit_in_use{limit=\"openai\"} 2\n\
+kairos_claims_total{outcome=\"empty\"} 7\n";
+        let seen = visible_to(page, &["agent_a".to_owned()]);
+        assert!(seen.contains("agent_id=\"agent_a\"} 3"));
+        assert!(!seen.contains("agent_b"));
+        assert!(!seen.contains("} 5"));
+        assert!(seen.contains("# TYPE kairos_agent_last_claim_seconds gauge"));
+        assert!(seen.contains("kairos_limit_in_use{limit=\"openai\"} 2"));
+        assert!(seen.contains("kairos_claims_total{outcome=\"empty\"} 7"));
+        let quoted = visible_to(page, &["a\"b".to_owned()]);
+        assert!(quoted.contains("} 5") && !quoted.contains("} 3"));
+        // A label that merely ends in agent_id is not the agent's.
+        assert_eq!(agent_label("m{not_agent_id=\"x\"} 1"), None);
+    }
 }

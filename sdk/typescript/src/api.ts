@@ -798,7 +798,10 @@ export interface paths {
          *     `kairos_reaped_total{kind}`, `kairos_skipped_total{reason}`,
          *     `kairos_loop_last_tick_timestamp{loop}`, `kairos_webhook_pushes_total{outcome}`,
          *     `kairos_notifications_total{outcome}`, `kairos_catchup_not_recorded_total`,
-         *     `kairos_circuit_opened_total`, `kairos_pruned_total{table}`. Needs a token of any role.
+         *     `kairos_circuit_opened_total`, `kairos_pruned_total{table}`. Needs a token of any role;
+         *     an agent token limited to some agents reads the series labelled by agent
+         *     (`kairos_agent_last_claim_seconds{agent_id}`) of those agents only, as it reads only
+         *     their tasks and instances.
          */
         get: operations["metrics"];
         put?: never;
