@@ -122,8 +122,8 @@ async fn metrics(principal: Option<axum::Extension<crate::domain::access::Princi
 fn visible_to(text: &str, agents: &[String]) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.lines() {
-        let hidden = !line.starts_with('#')
-            && agent_label(line).is_some_and(|a| !agents.contains(&a));
+        let hidden =
+            !line.starts_with('#') && agent_label(line).is_some_and(|a| !agents.contains(&a));
         if !hidden {
             out.push_str(line);
             out.push('\n');
