@@ -279,8 +279,9 @@ impl Tokens {
     /// the session id keyed by the token's SHA-256, with the token's principal. `None` for a
     /// token that is not configured.
     pub fn session_proof(&self, token: &str, session_id: &[u8]) -> Option<(Principal, [u8; 32])> {
-        let principal = self.authenticate(token)?;
-        Some((principal, session_mac(&digest(token), session_id)))
+        let d = digest(token);
+        let principal = self.first(|e| ct_eq(&e.digest, &d))?;
+        Some((principal, session_mac(&d, session_id)))
     }
 
     /// The principal of a console session from its id and stored proof: the configured token
@@ -288,21 +289,21 @@ impl Tokens {
     /// configured.
     pub fn of_session(&self, session_id: &[u8], proof: &[u8]) -> Option<Principal> {
         let proof: &[u8; 32] = proof.try_into().ok()?;
-        let mut found: Option<&Principal> = None;
-        for e in &self.0 {
-            if ct_eq(&session_mac(&e.digest, session_id), proof) && found.is_none() {
-                found = Some(&e.principal);
-            }
-        }
-        found.cloned()
+        self.first(|e| ct_eq(&session_mac(&e.digest, session_id), proof))
     }
 
     /// The principal of a presented token, comparing against every entry.
     pub fn authenticate(&self, presented: &str) -> Option<Principal> {
         let d = digest(presented);
+        self.first(|e| ct_eq(&e.digest, &d))
+    }
+
+    /// The principal of the first entry that `matches`, after testing every entry: the time
+    /// taken does not say which entry matched, or whether one did.
+    fn first(&self, matches: impl Fn(&TokenEntry) -> bool) -> Option<Principal> {
         let mut found: Option<&Principal> = None;
         for e in &self.0 {
-            if ct_eq(&e.digest, &d) && found.is_none() {
+            if matches(e) && found.is_none() {
                 found = Some(&e.principal);
             }
         }
@@ -398,8 +399,6 @@ mod tests {
         // The token left the configuration: its sessions prove nothing any more.
         let without = Tokens::parse("admin-token-0001:admin").expect("parse");
         assert!(without.of_session(b"session-a", &proof).is_none());
-        // The proof is not the token's digest: a stored proof gives no token back.
-        assert_ne!(proof, digest("viewer-token-001"));
     }
 
     #[test]

@@ -60,9 +60,9 @@ pub fn available_at(
     jitter_seconds: i64,
 ) -> DateTime<Utc> {
     let at = scheduled_at + Duration::milliseconds(offset_ms(task_id, window_key, jitter_seconds));
-    // A window late on 9999-12-31 becomes available no later than the last instant an API
-    // timestamp can write.
-    at.min(crate::domain::schedule::last_window_instant().max(scheduled_at))
+    // A window late on 9999-12-31 (none lies later) becomes available no later than the last
+    // instant an API timestamp can write.
+    at.min(crate::domain::schedule::LAST_WINDOW_INSTANT)
 }
 
 /// The shortest gap, in seconds, between two consecutive fire times of `cron` after `from`:

@@ -11,8 +11,8 @@
 //! the id's hash and a proof of the token (an HMAC of the id keyed by the token's SHA-256).
 //! Every request looks the session up and finds the configured token the proof belongs to, so
 //! a session ends at logout (for every copy of its cookie), after [`SESSION_SECONDS`], or when
-//! its token is removed from the configuration (at the next restart). In open mode the console, like the API, answers only
-//! loopback `Host`s and `Origin`s, and everyone is admin.
+//! its token is removed from the configuration (at the next restart). In open mode the
+//! console, like the API, answers only loopback `Host`s and `Origin`s, and everyone is admin.
 //!
 //! The login form is guarded against login CSRF (a foreign page logging the browser in under
 //! the attacker's token) by a double-submit token: the form sets a random value in the
@@ -166,11 +166,6 @@ impl IntoResponse for UiError {
 
 pub type UiResult = Result<Response, UiError>;
 
-/// The session cookie's token, if any.
-fn cookie_token(headers: &HeaderMap) -> Option<String> {
-    cookie_value(headers, COOKIE)
-}
-
 /// The value of the request's cookie `name`, if any.
 fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
@@ -218,15 +213,14 @@ fn cookie_attributes(path: &str, secure: bool) -> String {
     format!("Path={path}; HttpOnly; SameSite=Strict{secure}")
 }
 
-/// A fresh random value (256 bits, hex).
+/// Bytes as lowercase hex digits.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A fresh random value (256 bits, hex): a session id, a login form's CSRF value.
 fn random_hex() -> String {
-    let a = uuid::Uuid::new_v4();
-    let b = uuid::Uuid::new_v4();
-    a.as_bytes()
-        .iter()
-        .chain(b.as_bytes())
-        .map(|x| format!("{x:02x}"))
-        .collect()
+    hex(&rand::random::<[u8; 32]>())
 }
 
 fn percent_decode(s: &str) -> String {
@@ -241,11 +235,7 @@ fn hmac_hex(key: &[u8], message: &[u8]) -> String {
         return String::new();
     };
     mac.update(message);
-    mac.finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&mac.finalize().into_bytes())
 }
 
 /// The per-process secret behind open mode's CSRF tokens.
@@ -271,7 +261,8 @@ pub const SESSION_SECONDS: i64 = 12 * 3600;
 
 /// A console session id as its cookie carries it: 64 hex digits.
 fn session_id_of(headers: &HeaderMap) -> Option<String> {
-    cookie_token(headers).filter(|id| id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+    cookie_value(headers, COOKIE)
+        .filter(|id| id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The key a session is stored under: the SHA-256 of its id.
@@ -575,10 +566,7 @@ pub(crate) async fn login_response(
     }
     let token = field("token").trim();
     let secure = over_https(headers);
-    let id: String = rand::random::<[u8; 32]>()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let id = random_hex();
     let Some((principal, proof)) = state.tokens.session_proof(token, id.as_bytes()) else {
         tracing::warn!(reason = "unknown token", "console login refused");
         return login_form_response(
